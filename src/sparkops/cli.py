@@ -10,14 +10,12 @@ import argparse
 import importlib
 import sys
 
+from sparkops.errors import UserError
+
 # One line per command family; each module defines register(subparsers).
 COMMAND_MODULES = [
     "sparkops.local.cli",
 ]
-
-
-class UserError(Exception):
-    """A problem the user can fix: printed as one clear message, no traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:
