@@ -46,7 +46,7 @@ lint: venv
 	$(KIT)/ruff check src tests benchmarks scripts
 	$(KIT)/ruff format --check src tests benchmarks scripts
 	$(KIT)/yamllint --strict .
-	cd ansible && ../$(KIT)/ansible-lint --profile production
+	$(KIT)/ansible-lint --offline
 
 unit: venv
 	$(KIT)/pytest tests/unit
