@@ -15,6 +15,7 @@ from sparkops.errors import UserError
 # One line per command family; each module defines register(subparsers).
 COMMAND_MODULES = [
     "sparkops.local.cli",
+    "sparkops.plan.cli",
 ]
 
 

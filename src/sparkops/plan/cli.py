@@ -1,0 +1,238 @@
+"""`sparkops plan throughput|memory`: the thin I/O edge over the pure planning models.
+
+Reads the config file, parses the hit rate the way people write it (0.887 or 88.7%), and
+prints a readable table or, with --json, one JSON object for scripts and the deploy roles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sparkops.errors import UserError
+from sparkops.plan.memory import GB, GIB, MemoryPlan, plan_memory
+from sparkops.plan.throughput import ThroughputPlan, plan_throughput
+
+# A DGX Spark gives vLLM 0.88 x 128 GB for weights plus KV cache (second seed).
+DEFAULT_MEMORY_GB = 0.88 * 128
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    plan = subparsers.add_parser("plan", help="capacity planning: throughput and KV memory")
+    sub = plan.add_subparsers(dest="plan_command", required=True)
+
+    tp = sub.add_parser(
+        "throughput",
+        help="records/min from computed tok/s and prefix-cache hit rate",
+        description="Only uncached prompt tokens and generated tokens cost compute.",
+    )
+    tp.add_argument(
+        "--computed-tok-s",
+        type=float,
+        required=True,
+        help="tokens/s the server "
+        "computes at full load (prompt + generation, not counting cache hits)",
+    )
+    tp.add_argument(
+        "--prompt-tokens",
+        type=float,
+        required=True,
+        help="prompt tokens per record (all of its calls)",
+    )
+    tp.add_argument(
+        "--gen-tokens",
+        type=float,
+        required=True,
+        help="generated tokens per record (all of its calls)",
+    )
+    tp.add_argument(
+        "--hit-rate",
+        type=parse_hit_rate,
+        required=True,
+        help="prefix-cache hit rate: 0.887, 88.7 or 88.7%%",
+    )
+    tp.add_argument("--records", type=int, help="job size, for hours_for_records")
+    tp.add_argument("--points", type=int, default=10, help="hit-rate points to tabulate")
+    tp.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    tp.set_defaults(func=run_throughput)
+
+    mem = sub.add_parser(
+        "memory",
+        help="KV cache: tokens and sequences that fit, and the vLLM flags to use",
+    )
+    mem.add_argument(
+        "--config",
+        type=Path,
+        required=True,
+        help="Hugging Face config.json (or the model folder holding it)",
+    )
+    mem.add_argument(
+        "--weights-gb",
+        type=float,
+        help="weights in GB (default: the size of the weight files beside config.json)",
+    )
+    mem.add_argument("--kv-dtype", default="fp8", choices=["fp8", "bf16", "fp16"])
+    mem.add_argument(
+        "--memory-gb",
+        type=float,
+        default=DEFAULT_MEMORY_GB,
+        help="GB given to vLLM for weights + KV cache (default 0.88 x 128)",
+    )
+    mem.add_argument("--seqs", type=int, default=32, help="concurrent sequences")
+    mem.add_argument("--context", type=int, default=8192, help="tokens per sequence")
+    mem.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    mem.set_defaults(func=run_memory)
+
+
+def parse_hit_rate(text: str) -> float:
+    """0.887, 88.7 and 88.7% all mean 88.7%; a bare number above 1 is read as a percent."""
+    raw = text.strip()
+    try:
+        value = float(raw.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a hit rate: use 0.887 or 88.7%"
+        ) from None
+    if raw.endswith("%") or value > 1.0:
+        value /= 100.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"hit rate {text!r} is outside 0..100%")
+    return value
+
+
+def load_config(path: Path) -> tuple[dict[str, Any], Path]:
+    """Read config.json (given directly or as its model folder)."""
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{file} does not exist: pass the model's config.json") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{file} is not valid JSON ({err}): pass the model's config.json") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{file} is not a JSON object: pass the model's config.json")
+    return data, file.parent
+
+
+def weights_gb_beside(folder: Path) -> float:
+    """Size of the weight files in a model folder, in GB."""
+    total = sum(
+        f.stat().st_size for f in folder.iterdir() if f.is_file() and f.suffix in WEIGHT_SUFFIXES
+    )
+    if not total:
+        raise UserError(
+            f"no weight files beside the config in {folder}: pass --weights-gb "
+            "(e.g. 16 for an 8B model in BF16, 8.5 in FP8)"
+        )
+    return total / GB
+
+
+def run_throughput(args: argparse.Namespace) -> int:
+    plan = plan_throughput(
+        computed_tok_s=args.computed_tok_s,
+        prompt_tokens=args.prompt_tokens,
+        gen_tokens=args.gen_tokens,
+        hit_rate=args.hit_rate,
+        records=args.records,
+        table_points=args.points,
+    )
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2))
+    else:
+        print_throughput(plan, Console())
+    return 0
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    config, folder = load_config(args.config)
+    weights = args.weights_gb if args.weights_gb is not None else weights_gb_beside(folder)
+    plan = plan_memory(
+        config,
+        kv_dtype=args.kv_dtype,
+        memory_gb=args.memory_gb,
+        weights_gb=weights,
+        seqs=args.seqs,
+        context=args.context,
+    )
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2))
+    else:
+        print_memory(plan, Console())
+    return 0
+
+
+def print_throughput(plan: ThroughputPlan, console: Console) -> None:
+    summary = Table(title="Throughput at this hit rate", show_header=False)
+    summary.add_row("uncached prompt tokens / record", f"{plan.uncached_prompt_tokens:,.0f}")
+    summary.add_row("computed tokens / record", f"{plan.computed_tokens_per_record:,.0f}")
+    summary.add_row("records_per_min", f"{plan.records_per_min:,.1f}")
+    summary.add_row("effective_tok_s", f"{plan.effective_tok_s:,.0f}")
+    summary.add_row(
+        "prompt / generation tok/s computed",
+        f"{plan.prompt_computed_tok_s:,.0f} / {plan.generation_tok_s:,.0f}",
+    )
+    if plan.hours_for_records is not None:
+        summary.add_row(
+            f"hours_for_records ({plan.records:,})",
+            f"{plan.hours_for_records:,.1f} ({plan.hours_for_records / 24:.2f} days)",
+        )
+    summary.add_row(
+        "ceiling_records_per_min (perfect reuse)", f"{plan.ceiling_records_per_min:,.1f}"
+    )
+    summary.add_row("computed tokens saved per point", f"{plan.tokens_saved_per_point:,.0f}")
+    console.print(summary)
+
+    table = Table(title="What each point of hit rate is worth")
+    for column in ("hit rate", "records/min", "+records/min", "effective tok/s", "+tok/s"):
+        table.add_column(column, justify="right")
+    if plan.records:
+        table.add_column("hours", justify="right")
+    for row in plan.table:
+        cells = [
+            f"{row.hit_rate:.1%}",
+            f"{row.records_per_min:,.1f}",
+            f"{row.gain_records_per_min:+,.1f}" if row is not plan.table[0] else "",
+            f"{row.effective_tok_s:,.0f}",
+            f"{row.gain_effective_tok_s:+,.0f}" if row is not plan.table[0] else "",
+        ]
+        if plan.records:
+            cells.append(f"{row.hours_for_records:,.1f}")
+        table.add_row(*cells)
+    console.print(table)
+
+
+def print_memory(plan: MemoryPlan, console: Console) -> None:
+    table = Table(title=f"KV cache plan ({plan.kv_dtype} KV)", show_header=False)
+    table.add_row(
+        "KV bytes / token", f"{plan.kv_bytes_per_token:,} ({plan.kv_mb_per_token:.3f} MB)"
+    )
+    if plan.sliding_layers:
+        table.add_row(
+            "sliding-window layers",
+            f"{plan.sliding_layers} of {plan.sliding_layers + plan.full_layers} "
+            f"(window {plan.sliding_window:,} tokens)",
+        )
+    table.add_row(
+        "memory for vLLM / weights",
+        f"{plan.memory_bytes / GB:,.2f} GB / {plan.weights_bytes / GB:,.2f} GB",
+    )
+    table.add_row(
+        "KV cache", f"{plan.kv_cache_bytes / GB:,.2f} GB ({plan.kv_cache_bytes / GIB:,.2f} GiB)"
+    )
+    table.add_row("tokens that fit", f"{plan.tokens_that_fit:,}")
+    usable = "unbounded" if plan.usable_ctx_per_seq is None else f"{plan.usable_ctx_per_seq:,}"
+    table.add_row(f"usable_ctx_per_seq @ {plan.seqs} seqs", usable)
+    table.add_row(f"sequences that fit @ {plan.context:,} tokens", f"{plan.seqs_at_context:,}")
+    table.add_row("KV usage at plan", f"{plan.kv_usage_at_plan:.0%}")
+    table.add_row("--kv-cache-memory-bytes", str(plan.kv_cache_memory_bytes))
+    table.add_row("--max-num-seqs", str(plan.max_num_seqs))
+    table.add_row("needs expandable_segments", "yes" if plan.needs_expandable_segments else "no")
+    console.print(table)
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
