@@ -1,0 +1,97 @@
+"""`sparkops plan` command edge: argument parsing, config loading, table and JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from sparkops.errors import UserError
+from sparkops.plan import cli
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="sparkops")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+@pytest.mark.parametrize(("text", "value"), [("0.887", 0.887), ("88.7", 0.887), ("88.7%", 0.887)])
+def test_hit_rate_forms(text, value):
+    assert cli.parse_hit_rate(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["abc", "120", "-5%"])
+def test_bad_hit_rate(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli.parse_hit_rate(text)
+
+
+def test_throughput_json(capsys):
+    argv = ["plan", "throughput", "--computed-tok-s", "2580", "--prompt-tokens", "3600"]
+    argv += ["--gen-tokens", "300", "--hit-rate", "88.7%", "--records", "500000", "--json"]
+    assert run(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert round(out["records_per_min"]) == 219
+    assert round(out["effective_tok_s"], -2) == 14_200
+    assert out["ceiling_records_per_min"] == 516
+    assert out["table"][0]["hit_rate"] == pytest.approx(0.887)
+    assert len(out["table"]) == 11
+
+
+def test_throughput_table(capsys):
+    argv = ["plan", "throughput", "--computed-tok-s", "1000", "--prompt-tokens", "1000"]
+    argv += ["--gen-tokens", "100", "--hit-rate", "0.5", "--points", "2"]
+    assert run(argv) == 0
+    out = capsys.readouterr().out
+    assert "records_per_min" in out and "100.0" in out
+    assert "52.0%" in out and "53.0%" not in out
+
+
+def test_memory_from_model_folder(tmp_path, capsys):
+    config = {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 2_000_000)  # 0.002 GB of "weights"
+    argv = ["plan", "memory", "--config", str(tmp_path), "--memory-gb", "1.002"]
+    argv += ["--seqs", "4", "--context", "1000", "--json"]
+    assert run(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["weights_bytes"] == 2_000_000
+    assert out["kv_cache_bytes"] == 1_000_000_000
+    assert out["kv_bytes_per_token"] == 65_536
+    assert out["usable_ctx_per_seq"] == 1_000_000_000 // 4 // 65_536
+    assert out["seqs_at_context"] == 1_000_000_000 // 65_536_000
+    assert out["max_num_seqs"] == 8
+    assert out["fits"] is True
+
+
+def test_memory_table_shows_flags(tmp_path, capsys):
+    config = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert run(["plan", "memory", "--config", str(path), "--weights-gb", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "--kv-cache-memory-bytes" in out
+    assert str(96_640_000_000 // (1 << 20) * (1 << 20)) in out  # 112.64 - 16 GB, whole MiB
+    assert "expandable_segments" in out
+
+
+def test_memory_without_weights_asks_for_them(tmp_path):
+    (tmp_path / "config.json").write_text('{"num_hidden_layers": 2}')
+    with pytest.raises(UserError, match="--weights-gb"):
+        run(["plan", "memory", "--config", str(tmp_path)])
+
+
+def test_memory_bad_config_file(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON"):
+        run(["plan", "memory", "--config", str(tmp_path), "--weights-gb", "1"])
+    with pytest.raises(UserError, match="does not exist"):
+        run(["plan", "memory", "--config", str(tmp_path / "nope.json"), "--weights-gb", "1"])
