@@ -16,6 +16,8 @@ from sparkops.errors import UserError
 COMMAND_MODULES = [
     "sparkops.local.cli",
     "sparkops.plan.cli",
+    "sparkops.compare.cli",
+    "sparkops.render.cli",
 ]
 
 

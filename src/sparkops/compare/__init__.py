@@ -1,0 +1,10 @@
+"""Accuracy comparison of two batch runs over the same records (`sparkops compare`).
+
+The seed saw FP8 weights cost a small, consistent accuracy drop against 4-bit weights on the
+same records, and asks users to check on their own data before a large run: this package
+measures agreement, changed decisions, accuracy against gold labels and McNemar's test.
+"""
+
+from sparkops.compare.stats import Comparison, compare_decisions, mcnemar
+
+__all__ = ["Comparison", "compare_decisions", "mcnemar"]

@@ -1,0 +1,107 @@
+"""`sparkops compare RUN_A RUN_B [--gold labels.csv]`: the thin edge over compare.stats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sparkops.compare.runs import RunDecisions, load_gold, load_run
+from sparkops.compare.stats import Comparison, compare_decisions
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "compare",
+        help="agreement and accuracy of two runs over the same records (e.g. FP8 vs 4-bit)",
+        description="Compare two batch runs' decisions: agreement, changed records, accuracy "
+        "against gold labels and McNemar's test on the paired decisions.",
+    )
+    parser.add_argument("run_a", type=Path, help="first run: output directory or results.jsonl")
+    parser.add_argument("run_b", type=Path, help="second run: output directory or results.jsonl")
+    parser.add_argument("--gold", type=Path, help="CSV of gold labels (columns id,label)")
+    parser.add_argument("--gold-id-field", default="id")
+    parser.add_argument("--gold-label-field", default="label")
+    parser.add_argument(
+        "--positive",
+        action="append",
+        help="decision meaning positive (repeatable; default: yes); anything else is negative",
+    )
+    parser.add_argument("--show", type=int, default=20, help="changed records to list")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(func=run_compare)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    run_a, run_b = load_run(args.run_a), load_run(args.run_b)
+    gold = load_gold(args.gold, args.gold_id_field, args.gold_label_field) if args.gold else None
+    result = compare_decisions(
+        run_a.decisions, run_b.decisions, gold=gold, positive=args.positive or ["yes"]
+    )
+    if args.json:
+        out = result.as_dict()
+        out["runs"] = {
+            name: {"path": str(run.path), "errors": run.errors, "duplicates": run.duplicates}
+            for name, run in (("a", run_a), ("b", run_b))
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        print_comparison(result, run_a, run_b, args.show, Console())
+    return 0
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def print_comparison(
+    result: Comparison, run_a: RunDecisions, run_b: RunDecisions, show: int, console: Console
+) -> None:
+    summary = Table(title="Run A vs run B", show_header=False)
+    summary.add_row("A", f"{run_a.path} ({len(run_a.decisions)} decisions, {run_a.errors} errors)")
+    summary.add_row("B", f"{run_b.path} ({len(run_b.decisions)} decisions, {run_b.errors} errors)")
+    summary.add_row(
+        "paired records", f"{result.paired} (only A: {result.only_a}, only B: {result.only_b})"
+    )
+    summary.add_row("agreement", _pct(result.agreement))
+    summary.add_row("Cohen's kappa", "n/a" if result.kappa is None else f"{result.kappa:.3f}")
+    summary.add_row("changed decisions", str(len(result.changed)))
+    test = result.mcnemar_decisions
+    summary.add_row(
+        f"McNemar, positive ({'/'.join(result.positive)}) decisions",
+        f"A only {test.b}, B only {test.c}: exact p = {test.p_exact:.4g}",
+    )
+    console.print(summary)
+
+    if result.gold_a and result.gold_b and result.mcnemar_correct:
+        table = Table(title=f"Against gold labels ({result.gold_paired} records)")
+        for column in ("run", "accuracy", "sensitivity", "specificity", "TP", "FP", "TN", "FN"):
+            table.add_column(column, justify="right")
+        for name, conf in (("A", result.gold_a), ("B", result.gold_b)):
+            table.add_row(
+                name,
+                _pct(conf.accuracy),
+                _pct(conf.sensitivity),
+                _pct(conf.specificity),
+                str(conf.tp),
+                str(conf.fp),
+                str(conf.tn),
+                str(conf.fn),
+            )
+        console.print(table)
+        test = result.mcnemar_correct
+        console.print(
+            f"McNemar on correctness: only A right {test.b}, only B right {test.c}; exact "
+            f"p = {test.p_exact:.4g}, chi2 = {test.chi2:.3f} (p = {test.p_chi2:.4g})"
+        )
+
+    if result.changed and show > 0:
+        changed = Table(title=f"Changed decisions (first {min(show, len(result.changed))})")
+        for column in ("id", "A", "B", "gold"):
+            changed.add_column(column)
+        for item in result.changed[:show]:
+            changed.add_row(item.id, item.a, item.b, item.gold or "")
+        console.print(changed)

@@ -1,0 +1,210 @@
+"""Pure statistics for paired decisions: agreement, Cohen's kappa, confusion against gold
+labels, and McNemar's test (exact binomial, plus the continuity-corrected chi-square).
+
+Decisions are strings (a pipeline's `final`); a decision is positive when it is one of the
+`positive` labels, anything else (including "unclear") counts as negative. Only records
+present in both runs are paired; gold metrics use records present in both runs and the gold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class McNemar:
+    """McNemar's test on discordant pairs: `b` = only A has the property, `c` = only B."""
+
+    b: int
+    c: int
+    p_exact: float  # two-sided exact binomial (use this for small b + c)
+    chi2: float  # with continuity correction; 0 when b + c == 0
+    p_chi2: float
+
+
+@dataclass(frozen=True)
+class Confusion:
+    """One run's decisions against gold labels."""
+
+    n: int
+    tp: int
+    fp: int
+    tn: int
+    fn: int
+
+    @property
+    def accuracy(self) -> float | None:
+        return (self.tp + self.tn) / self.n if self.n else None
+
+    @property
+    def sensitivity(self) -> float | None:
+        positives = self.tp + self.fn
+        return self.tp / positives if positives else None
+
+    @property
+    def specificity(self) -> float | None:
+        negatives = self.tn + self.fp
+        return self.tn / negatives if negatives else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "accuracy": self.accuracy,
+            "sensitivity": self.sensitivity,
+            "specificity": self.specificity,
+        }
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A record whose decision differs between the runs."""
+
+    id: str
+    a: str
+    b: str
+    gold: str | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything `sparkops compare` reports."""
+
+    paired: int
+    only_a: int
+    only_b: int
+    agreement: float | None
+    kappa: float | None
+    changed: tuple[Changed, ...]
+    mcnemar_decisions: McNemar  # b: A positive & B negative; c: A negative & B positive
+    gold_paired: int = 0
+    gold_a: Confusion | None = None
+    gold_b: Confusion | None = None
+    mcnemar_correct: McNemar | None = None  # b: only A correct; c: only B correct
+    positive: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "paired": self.paired,
+            "only_a": self.only_a,
+            "only_b": self.only_b,
+            "agreement": self.agreement,
+            "kappa": self.kappa,
+            "changed_count": len(self.changed),
+            "changed": [asdict(item) for item in self.changed],
+            "mcnemar_decisions": asdict(self.mcnemar_decisions),
+            "gold_paired": self.gold_paired,
+            "gold_a": self.gold_a.as_dict() if self.gold_a else None,
+            "gold_b": self.gold_b.as_dict() if self.gold_b else None,
+            "mcnemar_correct": asdict(self.mcnemar_correct) if self.mcnemar_correct else None,
+            "positive": list(self.positive),
+        }
+
+
+def mcnemar(b: int, c: int) -> McNemar:
+    """McNemar's test for `b` and `c` discordant pairs.
+
+    Exact: two-sided binomial test of min(b, c) under Binomial(b + c, 1/2). Chi-square:
+    (|b - c| - 1)^2 / (b + c) with one degree of freedom, p = erfc(sqrt(chi2 / 2)).
+    """
+    n = b + c
+    if n == 0:
+        return McNemar(b=b, c=c, p_exact=1.0, chi2=0.0, p_chi2=1.0)
+    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n
+    chi2 = (abs(b - c) - 1) ** 2 / n if abs(b - c) > 1 else 0.0
+    return McNemar(
+        b=b,
+        c=c,
+        p_exact=min(1.0, 2.0 * tail),
+        chi2=chi2,
+        p_chi2=math.erfc(math.sqrt(chi2 / 2.0)),
+    )
+
+
+def cohen_kappa(pairs: list[tuple[str, str]]) -> float | None:
+    """Agreement beyond chance between two raters over the same items (None if undefined)."""
+    if not pairs:
+        return None
+    n = len(pairs)
+    observed = sum(1 for a, b in pairs if a == b) / n
+    count_a = Counter(a for a, _ in pairs)
+    count_b = Counter(b for _, b in pairs)
+    expected = sum(count_a[label] * count_b[label] for label in count_a) / (n * n)
+    if expected == 1.0:
+        return 1.0 if observed == 1.0 else None
+    return (observed - expected) / (1.0 - expected)
+
+
+def confusion(decisions: Iterable[tuple[str, str]], positive: frozenset[str]) -> Confusion:
+    """Confusion counts for (decision, gold) pairs, both reduced to positive/negative."""
+    tp = fp = tn = fn = 0
+    for decision, gold in decisions:
+        predicted, actual = decision in positive, gold in positive
+        if predicted and actual:
+            tp += 1
+        elif predicted:
+            fp += 1
+        elif actual:
+            fn += 1
+        else:
+            tn += 1
+    return Confusion(n=tp + fp + tn + fn, tp=tp, fp=fp, tn=tn, fn=fn)
+
+
+def normalise(label: str) -> str:
+    """Decisions and gold labels compare case- and whitespace-insensitively."""
+    return label.strip().lower()
+
+
+def compare_decisions(
+    run_a: Mapping[str, str],
+    run_b: Mapping[str, str],
+    *,
+    gold: Mapping[str, str] | None = None,
+    positive: Iterable[str] = ("yes",),
+) -> Comparison:
+    """Compare two runs' decisions by record id, and each against gold labels if given."""
+    pos = frozenset(normalise(p) for p in positive)
+    a = {key: normalise(value) for key, value in run_a.items()}
+    b = {key: normalise(value) for key, value in run_b.items()}
+    common = sorted(a.keys() & b.keys())
+    pairs = [(a[key], b[key]) for key in common]
+    gold_n = {key: normalise(value) for key, value in (gold or {}).items()}
+
+    changed = tuple(
+        Changed(id=key, a=a[key], b=b[key], gold=gold_n.get(key))
+        for key in common
+        if a[key] != b[key]
+    )
+    a_only_pos = sum(1 for x, y in pairs if x in pos and y not in pos)
+    b_only_pos = sum(1 for x, y in pairs if x not in pos and y in pos)
+
+    result = Comparison(
+        paired=len(common),
+        only_a=len(a.keys() - b.keys()),
+        only_b=len(b.keys() - a.keys()),
+        agreement=(len(common) - len(changed)) / len(common) if common else None,
+        kappa=cohen_kappa(pairs),
+        changed=changed,
+        mcnemar_decisions=mcnemar(a_only_pos, b_only_pos),
+        positive=tuple(sorted(pos)),
+    )
+    if gold is None:
+        return result
+
+    graded = [key for key in common if key in gold_n]
+    right_a = {key: (a[key] in pos) == (gold_n[key] in pos) for key in graded}
+    right_b = {key: (b[key] in pos) == (gold_n[key] in pos) for key in graded}
+    return replace(
+        result,
+        gold_paired=len(graded),
+        gold_a=confusion(((a[key], gold_n[key]) for key in graded), pos),
+        gold_b=confusion(((b[key], gold_n[key]) for key in graded), pos),
+        mcnemar_correct=mcnemar(
+            sum(1 for key in graded if right_a[key] and not right_b[key]),
+            sum(1 for key in graded if right_b[key] and not right_a[key]),
+        ),
+    )

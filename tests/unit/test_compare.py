@@ -1,0 +1,144 @@
+"""`sparkops compare` on constructed runs whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+
+from sparkops.compare import cli
+from sparkops.compare.runs import load_gold, load_run
+from sparkops.compare.stats import cohen_kappa, compare_decisions, mcnemar
+from sparkops.errors import UserError
+
+GOLD = {str(i): "yes" if i <= 5 else "no" for i in range(1, 11)}
+# A misses 5 (FN) and flags 6 (FP); B misses 1 and 2, gets 5, and also flags 6.
+YES = {"y": "yes", "n": "no"}
+RUN_A = {str(i): YES[v] for i, v in enumerate("yyyynynnnn", start=1)}
+RUN_B = {str(i): YES[v] for i, v in enumerate("nnyyyynnnn", start=1)} | {"11": "yes"}
+
+
+def test_agreement_changed_and_kappa():
+    result = compare_decisions(RUN_A, RUN_B)
+    assert (result.paired, result.only_a, result.only_b) == (10, 0, 1)
+    assert result.agreement == pytest.approx(0.7)
+    assert [c.id for c in result.changed] == ["1", "2", "5"]
+    assert [(c.a, c.b) for c in result.changed] == [("yes", "no"), ("yes", "no"), ("no", "yes")]
+    # observed 0.7, chance (5x4 + 5x6) / 100 = 0.5: kappa = 0.2 / 0.5
+    assert result.kappa == pytest.approx(0.4)
+    # A positive only: 1, 2; B positive only: 5.
+    assert (result.mcnemar_decisions.b, result.mcnemar_decisions.c) == (2, 1)
+    assert result.mcnemar_decisions.p_exact == pytest.approx(1.0)
+
+
+def test_against_gold():
+    result = compare_decisions(RUN_A, RUN_B, gold=GOLD)
+    assert result.gold_paired == 10
+    a, b = result.gold_a, result.gold_b
+    assert (a.tp, a.fp, a.tn, a.fn) == (4, 1, 4, 1)
+    assert (a.accuracy, a.sensitivity, a.specificity) == (0.8, 0.8, 0.8)
+    assert (b.tp, b.fp, b.tn, b.fn) == (3, 1, 4, 2)
+    assert (b.accuracy, b.sensitivity, b.specificity) == (0.7, 0.6, 0.8)
+    # Only A right on 1 and 2; only B right on 5.
+    assert (result.mcnemar_correct.b, result.mcnemar_correct.c) == (2, 1)
+    assert [c.gold for c in result.changed] == ["yes", "yes", "yes"]
+
+
+def test_labels_compare_case_insensitively_and_positive_is_configurable():
+    result = compare_decisions(
+        {"1": "Stroke ", "2": "mimic"}, {"1": "stroke", "2": "unclear"}, positive=["STROKE"]
+    )
+    assert result.agreement == 0.5
+    assert result.positive == ("stroke",)
+    # mimic -> unclear changes the label but both are negative.
+    assert (result.mcnemar_decisions.b, result.mcnemar_decisions.c) == (0, 0)
+
+
+def test_mcnemar_against_textbook_values():
+    test = mcnemar(10, 2)
+    # exact: 2 x (C(12,0) + C(12,1) + C(12,2)) / 2^12 = 2 x 79 / 4096
+    assert test.p_exact == pytest.approx(2 * 79 / 4096)
+    assert test.chi2 == pytest.approx(49 / 12)
+    assert test.p_chi2 == pytest.approx(0.04330, abs=1e-4)
+    assert mcnemar(0, 0).p_exact == 1.0
+    assert mcnemar(5, 5).p_exact == 1.0
+    assert mcnemar(0, 6).p_exact == pytest.approx(2 / 64)
+    assert math.isclose(mcnemar(3, 7).p_exact, mcnemar(7, 3).p_exact)
+
+
+def test_kappa_edge_cases():
+    assert cohen_kappa([]) is None
+    assert cohen_kappa([("a", "a"), ("a", "a")]) == 1.0
+    assert cohen_kappa([("a", "b"), ("b", "a")]) == pytest.approx(-1.0)
+
+
+def write_run(folder, rows, tail=""):
+    folder.mkdir()
+    lines = [json.dumps(row) for row in rows]
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n" + tail)
+    return folder
+
+
+def rows_for(decisions):
+    return [
+        {"id": key, "status": "done", "final": value, "steps": [], "error": None}
+        for key, value in decisions.items()
+    ]
+
+
+def test_load_run_counts_errors_and_skips_torn_tail(tmp_path):
+    rows = rows_for({"a": "yes", "b": "no"})
+    rows.append({"id": "c", "status": "error", "final": None, "steps": [], "error": "400"})
+    run = load_run(write_run(tmp_path / "run", rows, tail='{"id": "d", "sta'))
+    assert run.decisions == {"a": "yes", "b": "no"}
+    assert run.errors == 1
+
+
+def test_load_run_refuses_a_bad_middle_line(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text('{"id": "a", "final": "yes"}\nnot json\n{"id": "b"}\n')
+    with pytest.raises(UserError, match="line 2"):
+        load_run(folder)
+    with pytest.raises(UserError, match="does not exist"):
+        load_run(tmp_path / "missing")
+
+
+def test_load_gold_checks_columns_and_duplicates(tmp_path):
+    path = tmp_path / "gold.csv"
+    path.write_text("record,truth\n1,yes\n")
+    with pytest.raises(UserError, match="no column"):
+        load_gold(path)
+    assert load_gold(path, "record", "truth") == {"1": "yes"}
+    path.write_text("id,label\n1,yes\n1,no\n")
+    with pytest.raises(UserError, match="line 3 repeats"):
+        load_gold(path)
+
+
+def test_cli_json_end_to_end(tmp_path, capsys):
+    a = write_run(tmp_path / "fp8", rows_for(RUN_A))
+    b = write_run(tmp_path / "int4", rows_for(RUN_B))
+    gold = tmp_path / "gold.csv"
+    gold.write_text("id,label\n" + "".join(f"{k},{v}\n" for k, v in GOLD.items()))
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["compare", str(a), str(b), "--gold", str(gold), "--json"])
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["agreement"] == pytest.approx(0.7)
+    assert out["changed_count"] == 3
+    assert out["gold_a"]["accuracy"] == 0.8 and out["gold_b"]["sensitivity"] == 0.6
+    assert out["mcnemar_correct"]["b"] == 2
+
+
+def test_cli_table(tmp_path, capsys):
+    a = write_run(tmp_path / "a", rows_for(RUN_A))
+    b = write_run(tmp_path / "b", rows_for(RUN_B))
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["compare", str(a), str(b / "results.jsonl")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "70.0%" in out and "Changed decisions" in out
