@@ -1,0 +1,89 @@
+"""Deployment-time rules for a profile, checked before any file is written or service started.
+
+Each rule comes from the seed's measurements on a GB10:
+- `--max-num-seqs` must cover the requests the job keeps in flight (more only wait);
+- a KV cache above 54 GiB started only with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True;
+- weights + KV cache must fit the host's GPU memory budget (96 GB on the laptop);
+- a gated model needs a Hugging Face token, or the download fails after start-up.
+Pure functions: the facts about the host and job come in as `DeployFacts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparkops.errors import UserError
+from sparkops.profiles.schema import Profile
+
+GIB = 2**30
+EXPANDABLE_LIMIT_BYTES = 54 * GIB
+
+
+@dataclass(frozen=True)
+class DeployFacts:
+    """What the profile is checked against: the job and the host it will run on."""
+
+    host: str = "this host"
+    concurrency: int | None = None
+    gpu_memory_gib: float | None = None
+    hf_token: bool = False
+
+
+def memory_need_bytes(profile: Profile, gpu_memory_gib: float) -> int:
+    """Weights plus KV cache in bytes: the one place to switch over to sparkops.plan.memory.
+
+    With `--kv-cache-memory-bytes` vLLM takes exactly that much; without it, it takes
+    `gpu_memory_utilization` of the budget for weights and cache together.
+    """
+    weights = int(profile.weights_gib * GIB)
+    args = profile.vllm
+    if args.kv_cache_memory_bytes is not None:
+        return weights + args.kv_cache_memory_bytes
+    utilization = args.gpu_memory_utilization or 0.9
+    return max(weights, int(utilization * gpu_memory_gib * GIB))
+
+
+def _expandable(profile: Profile) -> bool:
+    return "expandable_segments:True" in profile.env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+
+
+def profile_problems(profile: Profile, facts: DeployFacts) -> list[str]:
+    """Every rule the profile breaks on this host and job, each with its fix."""
+    name, args = profile.name, profile.vllm
+    problems: list[str] = []
+    if facts.concurrency is not None and facts.concurrency > args.max_num_seqs:
+        problems.append(
+            f"max_num_seqs {args.max_num_seqs} is below the job's concurrency "
+            f"{facts.concurrency}: raise vllm.max_num_seqs above it (and max_num_batched_tokens "
+            "with it) or lower the job's concurrency"
+        )
+    kv = args.kv_cache_memory_bytes
+    if kv is not None and kv > EXPANDABLE_LIMIT_BYTES and not _expandable(profile):
+        problems.append(
+            f"a KV cache of {kv / GIB:.1f} GiB (above 54 GiB) does not start without "
+            "expandable segments: add env PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True "
+            "or lower vllm.kv_cache_memory_bytes to 54 GiB or less"
+        )
+    if profile.platform == "gb10" and facts.gpu_memory_gib is not None:
+        need = memory_need_bytes(profile, facts.gpu_memory_gib)
+        if need > facts.gpu_memory_gib * GIB:
+            problems.append(
+                f"weights ({profile.weights_gib:.1f} GiB) + KV cache need {need / GIB:.1f} GiB, "
+                f"over {facts.host}'s GPU memory budget of {facts.gpu_memory_gib:.1f} GiB: lower "
+                "vllm.kv_cache_memory_bytes, or raise the host's GPU memory (NVIDIA app on the "
+                "laptop) and its sparkops_gpu_memory_gib in the inventory"
+            )
+    if profile.gated and not facts.hf_token:
+        problems.append(
+            f"{profile.model} is gated on Hugging Face and no token is set: accept its licence, "
+            "then set vllm_serving_hf_token in the inventory's vault (or HF_TOKEN in the "
+            "environment of `sparkops render`)"
+        )
+    return [f"profile {name}: {p}" for p in problems]
+
+
+def check_profile(profile: Profile, facts: DeployFacts) -> None:
+    """Raise one UserError listing every problem, so the user fixes them all in one pass."""
+    problems = profile_problems(profile, facts)
+    if problems:
+        raise UserError("\n  ".join(["the serving stack cannot start as configured:", *problems]))

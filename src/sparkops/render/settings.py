@@ -1,0 +1,107 @@
+"""The deployment settings an inventory gives, validated by pydantic (role-prefixed keys).
+
+Ansible variables `vllm_serving_*`, `litellm_router_*` and `ray_cluster_*` map onto the three
+models below with the prefix removed; an unknown key under a known prefix is refused (a typo
+would otherwise fall back to a default silently). The defaults here are the documented
+defaults of the roles (ansible/roles/*/defaults/main.yml mirror them).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sparkops.errors import UserError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServingVars(_Strict):
+    """vllm_serving_*: what runs on every serving host."""
+
+    topology: Literal["single", "data-parallel", "pipeline-parallel"] = "single"
+    profile: str = "gb10-gemma4-12b-fp8"
+    image: str = "sparkops/vllm:gb10"
+    port: int = Field(default=8000, ge=1, le=65535)
+    bind_address: str = "127.0.0.1"
+    allow_public_bind: bool = False
+    stack_dir: str = "/opt/sparkops/serving"
+    hf_cache: str = "/var/lib/sparkops/hf-cache"
+    model_dir: str = ""
+    concurrency: int | None = Field(default=None, gt=0)
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
+    hf_token: str = ""
+    api_key: str = ""
+    ready_timeout: int = Field(default=900, gt=0)
+    start_period: int = Field(default=300, ge=0)
+    gpus: bool = True
+    extra_env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("bind_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        ipaddress.ip_address(value)
+        return value
+
+
+class RouterVars(_Strict):
+    """litellm_router_*: the LiteLLM proxy in front of data-parallel replicas."""
+
+    image: str = "sparkops/litellm:local"
+    port: int = Field(default=4000, ge=1, le=65535)
+    bind_address: str = "127.0.0.1"
+    model_name: str = ""
+    master_key: str = ""
+    routing_strategy: Literal["simple-shuffle", "least-busy", "latency-based-routing"] = (
+        "simple-shuffle"
+    )
+    num_retries: int = Field(default=2, ge=0)
+    timeout: int = Field(default=600, gt=0)
+    allowed_fails: int = Field(default=3, ge=0)
+    cooldown_time: int = Field(default=30, ge=0)
+    health_check_interval: int = Field(default=30, gt=0)
+
+
+class RayVars(_Strict):
+    """ray_cluster_*: the pipeline-parallel pair over the QSFP link."""
+
+    backend: Literal["ray", "mp"] = "ray"
+    port: int = Field(default=6379, ge=1, le=65535)
+    master_port: int = Field(default=29501, ge=1, le=65535)
+    interface: str = "enp1s0f1np1"
+    address: str = ""
+    ib_hca: str = "rocep1s0f1,roceP2p1s0f1"
+    num_cpus: int | None = Field(default=None, gt=0)
+    object_store_bytes: int = Field(default=1073741824, gt=0)
+    wait_timeout: int = Field(default=600, gt=0)
+
+
+PREFIXES = {"vllm_serving_": ServingVars, "litellm_router_": RouterVars, "ray_cluster_": RayVars}
+
+
+def split_prefixed(host: str, hostvars: dict) -> dict[str, BaseModel]:
+    """Validate one host's role-prefixed variables into the three settings models."""
+    out: dict[str, BaseModel] = {}
+    for prefix, model in PREFIXES.items():
+        data = {k[len(prefix) :]: v for k, v in hostvars.items() if k.startswith(prefix)}
+        data = {k: v for k, v in data.items() if v is not None}
+        try:
+            out[prefix] = model.model_validate(data)
+        except ValidationError as err:
+            details = "; ".join(
+                f"{prefix}{'.'.join(str(x) for x in e['loc'])}: "
+                + (
+                    "unknown variable (check its spelling)"
+                    if e["type"] == "extra_forbidden"
+                    else e["msg"]
+                )
+                for e in err.errors()
+            )
+            raise UserError(
+                f"inventory host {host}: {details}. Fix the inventory's group_vars."
+            ) from None
+    return out

@@ -1,0 +1,243 @@
+"""Inventory + profile -> what each host runs (pure): the context the templates render.
+
+One function per topology keeps each shape readable:
+- single: one vLLM on one host;
+- data-parallel: one vLLM per host, a LiteLLM router on the first host (or the host named
+  by `litellm_router_host`) listing every replica under the same model name;
+- pipeline-parallel: a Ray head (which also runs vLLM) on the first host and a Ray worker on
+  the second over the QSFP link, or vLLM's native multi-node mode (`ray_cluster_backend: mp`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkops.errors import UserError
+from sparkops.profiles import DeployFacts, Profile, check_profile, load_profile
+from sparkops.render.command import native_parallel_flags, ray_parallel_flags, serve_command
+from sparkops.render.inventory import Inventory
+from sparkops.render.settings import RayVars, RouterVars, ServingVars, split_prefixed
+
+# Privacy by default: no usage reports from vLLM, Hugging Face or Ray.
+TELEMETRY_OFF = {
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+SERVING_GROUP = "sparks"
+
+
+@dataclass
+class HostStack:
+    """Everything the templates need for one host."""
+
+    host: str
+    role: str  # single | replica | head | worker
+    serving: ServingVars
+    profile: Profile
+    vllm: dict[str, Any]
+    secrets: dict[str, str]
+    router: dict[str, Any] | None = None
+    ray: dict[str, Any] | None = None
+    files: list[str] = field(default_factory=list)
+
+
+def serving_hosts(inv: Inventory) -> list[str]:
+    """Hosts that serve: the `sparks` group if the inventory has one, else every host."""
+    hosts = inv.groups.get(SERVING_GROUP) or inv.hosts
+    if not hosts:
+        raise UserError("the inventory lists no hosts: add the Spark(s) to hosts.yml")
+    return hosts
+
+
+def _reachable_address(host: str, hostvars: dict[str, Any], serving: ServingVars) -> str:
+    """Where other hosts (the router) reach this host's vLLM."""
+    if serving.bind_address not in ("127.0.0.1", "0.0.0.0"):  # noqa: S104  (compared, not bound)
+        return serving.bind_address
+    return str(hostvars.get("ansible_host", host))
+
+
+def _check_bind(host: str, serving: ServingVars) -> None:
+    if ipaddress.ip_address(serving.bind_address).is_unspecified and not serving.allow_public_bind:
+        raise UserError(
+            f"host {host}: vllm_serving_bind_address {serving.bind_address} would expose the "
+            "server on every interface: use 127.0.0.1 or the private link's address, or set "
+            "vllm_serving_allow_public_bind: true if that is really wanted"
+        )
+
+
+def _base_env(profile: Profile, serving: ServingVars) -> dict[str, str]:
+    env = dict(TELEMETRY_OFF)
+    env["HF_HUB_OFFLINE"] = "1" if serving.model_dir else "0"
+    env.update(profile.env)
+    env.update(serving.extra_env)
+    return env
+
+
+def _secrets(serving: ServingVars, secrets: dict[str, str]) -> dict[str, str]:
+    out = {}
+    token = serving.hf_token or secrets.get("HF_TOKEN", "")
+    if token:
+        out["HF_TOKEN"] = token
+    api_key = serving.api_key or secrets.get("VLLM_API_KEY", "")
+    if api_key:
+        out["VLLM_API_KEY"] = api_key  # vLLM reads it as --api-key, kept off the command line
+    return out
+
+
+def _vllm_service(
+    profile: Profile,
+    serving: ServingVars,
+    *,
+    parallel: list[str] | None = None,
+    network_host: bool = False,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    model = serving.model_dir or profile.model
+    listen = serving.bind_address if network_host else "0.0.0.0"  # noqa: S104  (inside the container)
+    command = serve_command(profile, model=model, host=listen, port=serving.port, parallel=parallel)
+    probe_host = "127.0.0.1" if listen in ("0.0.0.0", "127.0.0.1") else listen  # noqa: S104
+    return {
+        "image": serving.image,
+        "command": command,
+        "env": {**_base_env(profile, serving), **(env or {})},
+        "network_host": network_host,
+        "ports": [] if network_host else [f"{serving.bind_address}:{serving.port}:{serving.port}"],
+        "gpus": serving.gpus and profile.platform == "gb10",
+        "hf_cache": serving.hf_cache,
+        "model_dir": serving.model_dir,
+        "health_url": f"http://{probe_host}:{serving.port}/health",
+        "start_period": serving.start_period,
+        "rdma": False,
+    }
+
+
+def _ray_env(ray: RayVars, own_address: str, head_address: str) -> dict[str, str]:
+    """The two-Spark NCCL/Ray consensus env (NVIDIA playbooks + eugr), from the inventory."""
+    iface = ray.interface
+    return {
+        "VLLM_HOST_IP": own_address,
+        "MASTER_ADDR": head_address,
+        "NCCL_SOCKET_IFNAME": iface,
+        "GLOO_SOCKET_IFNAME": iface,
+        "TP_SOCKET_IFNAME": iface,
+        "UCX_NET_DEVICES": iface,
+        "OMPI_MCA_btl_tcp_if_include": iface,
+        "NCCL_IB_HCA": ray.ib_hca,
+        "NCCL_IB_DISABLE": "0",
+        "RAY_memory_monitor_refresh_ms": "0",
+        "VLLM_ENGINE_READY_TIMEOUT_S": "3600",
+    }
+
+
+def plan_stack(
+    inv: Inventory,
+    *,
+    profile: Profile | None = None,
+    secrets: dict[str, str] | None = None,
+    concurrency: int | None = None,
+) -> dict[str, HostStack]:
+    """Validate the inventory and profile, then decide what each serving host runs."""
+    secrets = secrets or {}
+    hosts = serving_hosts(inv)
+    parsed = {h: split_prefixed(h, inv.hostvars[h]) for h in hosts}
+    first: ServingVars = parsed[hosts[0]]["vllm_serving_"]  # type: ignore[assignment]
+    topology = first.topology
+    profile = profile or load_profile(first.profile)
+    want = 1 if topology == "single" else 2
+    if len(hosts) != want:
+        raise UserError(
+            f"topology {topology} needs {want} serving host(s), the inventory has {len(hosts)} "
+            f"({', '.join(hosts)}): list exactly {want} under the '{SERVING_GROUP}' group"
+        )
+    stacks: dict[str, HostStack] = {}
+    for host in hosts:
+        serving: ServingVars = parsed[host]["vllm_serving_"]  # type: ignore[assignment]
+        _check_bind(host, serving)
+        sec = _secrets(serving, secrets)
+        facts = DeployFacts(
+            host=host,
+            concurrency=concurrency or serving.concurrency,
+            gpu_memory_gib=serving.gpu_memory_gib,
+            hf_token=bool(sec.get("HF_TOKEN")),
+        )
+        check_profile(profile, facts)
+        stacks[host] = HostStack(host, "single", serving, profile, {}, sec)
+    if topology == "single":
+        only = stacks[hosts[0]]
+        only.vllm = _vllm_service(profile, only.serving)
+    elif topology == "data-parallel":
+        _plan_data_parallel(inv, hosts, parsed, stacks, profile, secrets)
+    else:
+        _plan_pipeline(inv, hosts, parsed, stacks, profile)
+    return stacks
+
+
+def _plan_data_parallel(inv, hosts, parsed, stacks, profile, secrets) -> None:
+    for host in hosts:
+        stacks[host].role = "replica"
+        stacks[host].vllm = _vllm_service(profile, stacks[host].serving)
+    router_vars: RouterVars = parsed[hosts[0]]["litellm_router_"]
+    master_key = router_vars.master_key or secrets.get("LITELLM_MASTER_KEY", "")
+    if not master_key:
+        raise UserError(
+            "the LiteLLM router needs a master key: `sparkops render` generates one into "
+            "router.env (keep it), or set LITELLM_MASTER_KEY"
+        )
+    backends = []
+    for host in hosts:
+        serving = stacks[host].serving
+        address = _reachable_address(host, inv.hostvars[host], serving)
+        backends.append({"host": host, "api_base": f"http://{address}:{serving.port}/v1"})
+    stacks[hosts[0]].router = {
+        "settings": router_vars,
+        "model_name": router_vars.model_name or profile.served_model_name,
+        "served_model_name": profile.served_model_name,
+        "backends": backends,
+        "api_key": bool(stacks[hosts[0]].secrets.get("VLLM_API_KEY")),
+        "master_key": master_key,
+        "env": {"LITELLM_TELEMETRY": "False", "DO_NOT_TRACK": "1"},
+    }
+
+
+def _plan_pipeline(inv, hosts, parsed, stacks, profile) -> None:
+    head, worker = hosts
+    rays: dict[str, RayVars] = {h: parsed[h]["ray_cluster_"] for h in hosts}
+    for host in hosts:
+        if not rays[host].address:
+            raise UserError(
+                f"host {host}: pipeline parallel needs the QSFP address: set "
+                "ray_cluster_address (e.g. to the address the qsfp_network role gives)"
+            )
+    head_ray = rays[head]
+    head_addr = head_ray.address
+    for rank, host in enumerate(hosts):
+        ray = rays[host]
+        stack = stacks[host]
+        stack.role = "head" if rank == 0 else "worker"
+        env = _ray_env(ray, ray.address, head_addr)
+        if head_ray.backend == "ray":
+            parallel = ray_parallel_flags() if rank == 0 else None
+        else:
+            parallel = native_parallel_flags(
+                rank=rank, master_addr=head_addr, master_port=head_ray.master_port
+            )
+        service = _vllm_service(
+            profile, stack.serving, parallel=parallel, network_host=True, env=env
+        )
+        service["rdma"] = True
+        stack.vllm = service
+        stack.ray = {
+            "backend": head_ray.backend,
+            "role": stack.role,
+            "settings": ray,
+            "head_address": head_addr,
+            "head_port": head_ray.port,
+            "address": ray.address,
+            "nodes": len(hosts),
+            "wait_timeout": head_ray.wait_timeout,
+        }

@@ -1,0 +1,103 @@
+"""Render a host's files from the Jinja2 templates in `templates/` (pure: returns text).
+
+This is the only renderer: `sparkops render` writes its output to a folder, and the Ansible
+roles call it through the `sparkops_render` filter plugin and copy the same text to the
+hosts. Each file carries a "managed" comment header (Ansible's `ansible_managed` there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from sparkops.render.command import LAUNCHERS
+from sparkops.render.stack import CONTAINER_HF_CACHE, HostStack
+
+CLI_HEADER = (
+    "Rendered by `sparkops render` from templates/: edit the inventory or profile, not this file."
+)
+
+
+def templates_dir() -> Path:
+    """The repository's templates/ folder (SPARKOPS_TEMPLATES overrides, e.g. when installed)."""
+    override = os.environ.get("SPARKOPS_TEMPLATES")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[3] / "templates"
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """One output file: where it goes in the host's stack folder, its text and mode."""
+
+    path: str
+    content: str
+    mode: int
+
+
+def _comment(text: str) -> str:
+    """Same shape as Ansible's `comment` filter (default style)."""
+    body = "\n".join(f"# {line}".rstrip() for line in str(text).splitlines())
+    return f"#\n{body}\n#"
+
+
+def _compose_escape(value: str) -> str:
+    """Compose interpolates `$`; a literal dollar in a command or env value must be `$$`."""
+    return str(value).replace("$", "$$")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["comment"] = _comment
+    env.filters["compose_escape"] = _compose_escape
+    env.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=False)
+    return env
+
+
+def _ray_command(stack: HostStack) -> str:
+    if stack.role == "head":
+        return "/opt/sparkops/ray-start.sh && exec " + shlex.join(stack.vllm["command"])
+    return "exec /opt/sparkops/ray-start.sh"
+
+
+def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[RenderedFile]:
+    """Every file one host needs, in the order a deploy writes them."""
+    env = _environment()
+    context = {
+        "managed_header": managed_header,
+        "project": "sparkops",
+        "stack": stack,
+        "v": stack.vllm,
+        "r": stack.router,
+        "ray": stack.ray,
+        "hf_container_cache": CONTAINER_HF_CACHE,
+        "entrypoint_len": len(LAUNCHERS[stack.profile.platform]),
+        "ray_command": _ray_command(stack) if stack.ray else "",
+    }
+    plan = [
+        ("serving/compose.yml.j2", "compose.yml", 0o644),
+        ("serving/serving.env.j2", "serving.env", 0o600),
+        ("serving/sparkops-serving.service.j2", "sparkops-serving.service", 0o644),
+    ]
+    if stack.router:
+        plan += [
+            ("router/litellm-config.yaml.j2", "litellm-config.yaml", 0o640),
+            ("router/router.env.j2", "router.env", 0o600),
+        ]
+    if stack.ray and stack.ray["backend"] == "ray":
+        plan.append(("ray/ray-start.sh.j2", "ray-start.sh", 0o755))
+    return [
+        RenderedFile(out, env.get_template(src).render(context), mode) for src, out, mode in plan
+    ]
