@@ -56,7 +56,7 @@ def serving_hosts(inv: Inventory) -> list[str]:
 
 def _reachable_address(host: str, hostvars: dict[str, Any], serving: ServingVars) -> str:
     """Where other hosts (the router) reach this host's vLLM."""
-    if serving.bind_address not in ("127.0.0.1", "0.0.0.0"):  # noqa: S104  (compared, not bound)
+    if serving.bind_address not in ("127.0.0.1", "0.0.0.0"):
         return serving.bind_address
     return str(hostvars.get("ansible_host", host))
 
@@ -98,9 +98,9 @@ def _vllm_service(
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     model = serving.model_dir or profile.model
-    listen = serving.bind_address if network_host else "0.0.0.0"  # noqa: S104  (inside the container)
+    listen = serving.bind_address if network_host else "0.0.0.0"
     command = serve_command(profile, model=model, host=listen, port=serving.port, parallel=parallel)
-    probe_host = "127.0.0.1" if listen in ("0.0.0.0", "127.0.0.1") else listen  # noqa: S104
+    probe_host = "127.0.0.1" if listen in ("0.0.0.0", "127.0.0.1") else listen
     return {
         "image": serving.image,
         "command": command,
@@ -205,7 +205,7 @@ def _plan_data_parallel(inv, hosts, parsed, stacks, profile, secrets) -> None:
 
 
 def _plan_pipeline(inv, hosts, parsed, stacks, profile) -> None:
-    head, worker = hosts
+    head = hosts[0]
     rays: dict[str, RayVars] = {h: parsed[h]["ray_cluster_"] for h in hosts}
     for host in hosts:
         if not rays[host].address:
