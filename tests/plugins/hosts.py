@@ -1,0 +1,192 @@
+"""Fixtures for the test bed: a real Docker engine and systemd "hosts" in containers.
+
+The hosts stand in for DGX Sparks (arm64, emulated through qemu binfmt) and x86_64 machines, so
+Ansible roles can be converged against them over ``ansible_connection=community.docker.docker``
+and checked with testinfra. Images come from ``scripts/testbed/build-base-image.sh`` (run by
+``make testbed``); these fixtures never build or pull anything, they fail with the command to
+run instead, so a missing test bed is loud, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "testbed"
+REPOSITORY = "sparkops/testhost"
+SUITE = "bookworm"
+ARCHES = ("amd64", "arm64")
+READY_STATES = ("running", "degraded")
+# arm64 boots through qemu: measured about 20 s on 2 cores, so allow for a loaded CI machine.
+BOOT_TIMEOUT_S = {"amd64": 90.0, "arm64": 300.0}
+FIX_TESTBED = "run `make testbed` (scripts/testbed/*.sh, as root)"
+
+# The flags that boot systemd here; --privileged is refused on these machines.
+SYSTEMD_FLAGS = (
+    "--cap-add=SYS_ADMIN",
+    "--tmpfs=/run",
+    "--tmpfs=/run/lock",
+    "--volume=/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--cgroupns=host",
+)
+# Docker inside the host. /var/lib/docker is an anonymous volume (not overlayfs), so the inner
+# engine can keep its default overlay2 driver; `docker rm -v` removes it with the host.
+DOCKER_FLAGS = (
+    "--cap-add=NET_ADMIN",
+    "--cap-add=MKNOD",
+    "--security-opt=seccomp=unconfined",
+    "--volume=/var/lib/docker",
+)
+
+
+def image_ref(arch: str) -> str:
+    """Return the image reference build-base-image.sh makes for ``arch``.
+
+    The tag carries the same key as the script (sha256 of the package list, then the script), so
+    an edited package list can never be tested against a stale image.
+    """
+    if arch not in ARCHES:
+        raise ValueError(f"arch must be one of {ARCHES}, got {arch!r}")
+    digest = hashlib.sha256()
+    for name in ("base-image.packages", "build-base-image.sh"):
+        digest.update((SCRIPTS / name).read_bytes())
+    return f"{REPOSITORY}:{SUITE}-{arch}-{digest.hexdigest()[:12]}"
+
+
+def run_docker(*args: str, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run the docker CLI and capture its output as text."""
+    return subprocess.run(["docker", *args], check=check, capture_output=True, text=True, **kwargs)
+
+
+@dataclass
+class Host:
+    """One systemd container, addressed by name (Ansible, testinfra) or id (clean-up)."""
+
+    name: str
+    id: str
+    arch: str
+    docker: bool = False
+    _testinfra: Any = field(default=None, repr=False)
+
+    def exec(
+        self, cmd: str | Sequence[str], *, check: bool = False, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``cmd`` as root in the host (a string goes through ``sh -c``)."""
+        argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        flags = ["-i"] if input is not None else []
+        return run_docker("exec", *flags, self.id, *argv, check=check, input=input)
+
+    @cached_property
+    def testinfra(self) -> Any:
+        """A testinfra host over testinfra's docker backend (no Ansible round trip)."""
+        import testinfra
+
+        return testinfra.get_host(f"docker://{self.name}")
+
+    @property
+    def ansible_vars(self) -> dict[str, str]:
+        """Inventory variables that make Ansible reach this host through the Docker engine."""
+        return {
+            "ansible_connection": "community.docker.docker",
+            "ansible_host": self.name,
+            "ansible_python_interpreter": "/usr/bin/python3",
+        }
+
+    def load_image(self, image: str) -> None:
+        """Copy an image of the outer engine into the host's own engine (no registry here)."""
+        if not self.docker:
+            raise ValueError(f"{self.name} was started without docker=True")
+        with subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE) as save:
+            load = subprocess.run(
+                ["docker", "exec", "-i", self.id, "docker", "load"],
+                stdin=save.stdout,
+                capture_output=True,
+                text=True,
+            )
+        if save.returncode or load.returncode:
+            raise RuntimeError(f"loading {image} into {self.name} failed: {load.stderr.strip()}")
+
+    def system_state(self) -> str:
+        """``systemctl is-system-running`` (empty while PID 1 is not yet answering)."""
+        return self.exec(["systemctl", "is-system-running"]).stdout.strip()
+
+
+def inventory(hosts: Sequence[Host], group: str = "testbed") -> dict[str, Any]:
+    """A YAML-ready Ansible inventory holding ``hosts`` in ``group``."""
+    return {"all": {"children": {group: {"hosts": {h.name: h.ansible_vars for h in hosts}}}}}
+
+
+def engine_version() -> str:
+    """The engine's version, or an AssertionError-worthy message when none answers."""
+    try:
+        result = run_docker("version", "--format", "{{.Server.Version}}", check=False, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        return f"!{exc}"
+    if result.returncode:
+        return f"!{result.stderr.strip()}"
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> str:
+    """The running Docker engine's version; FAILS (never skips) when no engine answers."""
+    version = engine_version()
+    if version.startswith("!"):
+        pytest.fail(f"No Docker engine answers ({version[1:]}); {FIX_TESTBED}", pytrace=False)
+    return version
+
+
+def start_host(arch: str, docker_inside: bool) -> Host:
+    """Start one host container and wait until systemd reports running or degraded."""
+    image = image_ref(arch)
+    if run_docker("image", "inspect", image, check=False).returncode:
+        pytest.fail(f"Test-host image {image} is missing; {FIX_TESTBED}", pytrace=False)
+    name = f"sparkops-test-{arch}-{secrets.token_hex(4)}"
+    flags = [*SYSTEMD_FLAGS, *(DOCKER_FLAGS if docker_inside else ())]
+    run = run_docker(
+        "run", "--detach", f"--name={name}", f"--hostname={name}", *flags, image, "/sbin/init"
+    )
+    host = Host(name=name, id=run.stdout.strip(), arch=arch, docker=docker_inside)
+    deadline = time.monotonic() + BOOT_TIMEOUT_S[arch]
+    state = ""
+    while time.monotonic() < deadline:
+        state = host.system_state()
+        if state in READY_STATES:
+            return host
+        time.sleep(1)
+    failed = host.exec("systemctl --failed --no-legend; systemctl list-jobs --no-legend").stdout
+    run_docker("rm", "--force", "--volumes", host.id, check=False)
+    pytest.fail(
+        f"{name} ({arch}) did not boot within {BOOT_TIMEOUT_S[arch]:.0f} s: state {state!r}; "
+        f"failed units / pending jobs:\n{failed}",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def systemd_host(docker_engine: str) -> Iterator[Callable[..., Host]]:
+    """Factory: ``systemd_host(arch="amd64", docker=False) -> Host``, a booted systemd host.
+
+    Each call starts a new container (arm64 boots take tens of seconds: share hosts through
+    module-scoped fixtures). With ``docker=True`` the host may run its own Docker engine. Every
+    container started is removed with its volumes at session end, by id.
+    """
+    started: list[Host] = []
+
+    def factory(arch: str = "amd64", docker: bool = False) -> Host:
+        host = start_host(arch, docker)
+        started.append(host)
+        return host
+
+    yield factory
+    for host in started:
+        run_docker("rm", "--force", "--volumes", host.id, check=False)
