@@ -5,7 +5,8 @@
 # Debian 13 (trixie, 2.26) installs as a CLI plugin and works with that engine. We fetch it from an
 # extra apt source for trixie DERIVED from the machine's own apt sources (same URIs and keyring,
 # other suite), pinned low so nothing else moves to trixie: the repository names no mirror.
-# No systemd runs on the CI machines, so dockerd is started in the background when none answers.
+# No systemd runs on the CI machines, so dockerd is started in the background when none answers
+# (through docker.service where systemd runs). Releases that package compose v2 use their own.
 #
 # Idempotent: each step is skipped when its result is already there. Run as root.
 # Env: SPARKOPS_CACHE (default .cache next to the Makefile): dockerd's log goes to
@@ -83,19 +84,28 @@ derive_source() {
   fi
 }
 
+# Version apt would install for a package, from the lists as they are.
+candidate() { apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ { print $2 }'; }
+
 if have_compose_v2; then
   say "compose present: $(docker compose version)"
 else
-  if [ ! -f "$source_file" ]; then
-    src=$(derive_source) || die "found no Debian source for this release in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list; add one (or install the compose v2 CLI plugin by hand) and rerun"
-    {
-      echo "# Written by sparkops scripts/testbed/install-docker.sh: compose v2 (docker-compose) only."
-      echo "$src"
-    } >"$source_file"
-    say "added apt source $source_file (derived from this machine's sources)"
-  fi
-  if [ ! -f "$pin_file" ]; then
-    cat >"$pin_file" <<EOF
+  # Newer releases (Debian 13, Ubuntu's docker-compose-v2) carry compose v2 themselves.
+  pkg=""
+  for name in docker-compose-v2 docker-compose; do
+    case "$(candidate "$name")" in 2.*) pkg=$name && break ;; esac
+  done
+  if [ -z "$pkg" ]; then
+    if [ ! -f "$source_file" ]; then
+      src=$(derive_source) || die "found no Debian source for this release in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list; add one (or install the compose v2 CLI plugin by hand) and rerun"
+      {
+        echo "# Written by sparkops scripts/testbed/install-docker.sh: compose v2 (docker-compose) only."
+        echo "$src"
+      } >"$source_file"
+      say "added apt source $source_file (derived from this machine's sources)"
+    fi
+    if [ ! -f "$pin_file" ]; then
+      cat >"$pin_file" <<EOF
 # Written by sparkops scripts/testbed/install-docker.sh: nothing comes from $compose_suite
 # unless asked for by name; docker-compose follows $compose_suite once installed from it.
 Package: *
@@ -106,12 +116,14 @@ Package: docker-compose
 Pin: release n=$compose_suite
 Pin-Priority: 600
 EOF
-    say "pinned $compose_suite low ($pin_file)"
+      say "pinned $compose_suite low ($pin_file)"
+    fi
+    apt-get update -qq
+    pkg=docker-compose/$compose_suite
   fi
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "docker-compose/$compose_suite" >/dev/null
-  have_compose_v2 || die "docker-compose from $compose_suite installed but 'docker compose version' is not v2; check 'dpkg -L docker-compose' for the CLI plugin"
-  say "installed $(docker compose version)"
+  apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+  have_compose_v2 || die "$pkg installed but 'docker compose version' is not v2; check 'dpkg -L ${pkg%%/*}' for the CLI plugin"
+  say "installed $(docker compose version) ($pkg)"
 fi
 
 # --- daemon ------------------------------------------------------------------------------------
@@ -119,11 +131,17 @@ if docker info >/dev/null 2>&1; then
   say "engine answers: server $(docker version --format '{{.Server.Version}}')"
   exit 0
 fi
-mkdir -p "$cache/testbed"
-log=$cache/testbed/dockerd.log
-say "starting dockerd in the background (log $log)"
-# setsid: the daemon must outlive this script and the make/CI step that ran it.
-setsid dockerd >>"$log" 2>&1 </dev/null &
+if [ -d /run/systemd/system ]; then
+  # A machine booted with systemd (a workstation): let it own the daemon.
+  say "starting docker.service"
+  systemctl start docker.service
+else
+  mkdir -p "$cache/testbed"
+  log=$cache/testbed/dockerd.log
+  say "starting dockerd in the background (log $log)"
+  # setsid: the daemon must outlive this script and the make/CI step that ran it.
+  setsid dockerd >>"$log" 2>&1 </dev/null &
+fi
 for _ in $(seq 1 60); do
   if docker info >/dev/null 2>&1; then
     say "engine answers: server $(docker version --format '{{.Server.Version}}'), storage $(docker info --format '{{.Driver}}')"
@@ -131,5 +149,5 @@ for _ in $(seq 1 60); do
   fi
   sleep 1
 done
-tail -n 20 "$log" >&2
-die "dockerd did not answer within 60 s; read $log"
+[ -n "${log:-}" ] && tail -n 20 "$log" >&2
+die "dockerd did not answer within 60 s; read ${log:-journalctl -u docker.service}"
