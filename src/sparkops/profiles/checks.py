@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkops.errors import UserError
+from sparkops.plan.memory import EXPANDABLE_SEGMENTS_ABOVE_BYTES as EXPANDABLE_LIMIT_BYTES
+from sparkops.plan.memory import GIB
 from sparkops.profiles.schema import Profile
-
-GIB = 2**30
-EXPANDABLE_LIMIT_BYTES = 54 * GIB
 
 
 @dataclass(frozen=True)

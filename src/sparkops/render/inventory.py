@@ -10,6 +10,7 @@ Vault-encrypted files are refused with a pointer to the fix.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,13 @@ def _walk(name: str, node: dict, parents: list[str], inv: Inventory, depth: dict
                 inv.groups[name].append(host)
 
 
+def _lookup(kind: str, name: str, default: str = "") -> str:
+    """The one Ansible lookup the kit's inventories use: `lookup('env', NAME)`."""
+    if kind not in ("env", "ansible.builtin.env"):
+        raise UserError(f"lookup('{kind}') is not supported by `sparkops render`: use 'env'")
+    return os.environ.get(name, default)
+
+
 def _resolve(value: Any, context: dict[str, Any], env: jinja2.Environment) -> Any:
     if isinstance(value, str) and "{{" in value:
         rendered = env.from_string(value).render(context)
@@ -107,6 +115,7 @@ def read_inventory(directory: str | Path) -> Inventory:
     for name, node in top.items():
         _walk(name, node, [] if name == "all" else ["all"], inv, depth)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.globals["lookup"] = _lookup
     for host in inv.hosts:
         raw = inv.hostvars[host]
         groups = sorted(raw["__groups__"], key=lambda g: (g != "all", depth.get(g, 0)))

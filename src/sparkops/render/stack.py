@@ -200,7 +200,12 @@ def _plan_data_parallel(inv, hosts, parsed, stacks, profile, secrets) -> None:
         "backends": backends,
         "api_key": bool(stacks[hosts[0]].secrets.get("VLLM_API_KEY")),
         "master_key": master_key,
-        "env": {"LITELLM_TELEMETRY": "False", "DO_NOT_TRACK": "1"},
+        # No telemetry, and no model-cost-map download from the internet at start-up.
+        "env": {
+            "LITELLM_TELEMETRY": "False",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "DO_NOT_TRACK": "1",
+        },
     }
 
 

@@ -1,0 +1,253 @@
+"""`sparkops render`: inventory + profile -> each host's files, through templates/.
+
+`make_inventory` builds the example topologies in a temporary folder; the integration tests
+reuse it to render the stacks they run for real.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkops.errors import UserError
+from sparkops.render import render_inventory
+from sparkops.render.inventory import read_inventory
+
+TOPOLOGIES = {
+    "single": ({"spark-1": "10.0.0.11"}, {"vllm_serving_topology": "single"}),
+    "data-parallel": (
+        {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
+        {
+            "vllm_serving_topology": "data-parallel",
+            "vllm_serving_bind_address": "{{ ansible_host }}",
+        },
+    ),
+    "pipeline-ray": (
+        {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
+        {"vllm_serving_topology": "pipeline-parallel", "ray_cluster_address": "{{ qsfp_address }}"},
+    ),
+    "pipeline-mp": (
+        {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
+        {
+            "vllm_serving_topology": "pipeline-parallel",
+            "ray_cluster_backend": "mp",
+            "ray_cluster_address": "{{ qsfp_address }}",
+        },
+    ),
+}
+
+
+def make_inventory(root: Path, topology: str, **extra_vars) -> Path:
+    """Write a hosts.yml + group_vars/all/serving.yml inventory for one example topology."""
+    hosts, group_vars = TOPOLOGIES[topology]
+    root.mkdir(parents=True, exist_ok=True)
+    host_entries = {
+        name: {"ansible_host": address, "qsfp_address": address.replace("10.0.0.", "192.168.177.")}
+        for name, address in hosts.items()
+    }
+    (root / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"children": {"sparks": {"hosts": host_entries}}}})
+    )
+    (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (root / "group_vars" / "all" / "serving.yml").write_text(
+        yaml.safe_dump({**group_vars, **extra_vars})
+    )
+    return root
+
+
+def _compose(out: Path, host: str) -> dict:
+    return yaml.safe_load((out / host / "compose.yml").read_text())
+
+
+def test_single_host_stack(tmp_path):
+    out = tmp_path / "out"
+    render_inventory(make_inventory(tmp_path / "inv", "single"), out)
+    service = _compose(out, "spark-1")["services"]["vllm"]
+    assert service["ports"] == ["127.0.0.1:8000:8000"]
+    assert service["ipc"] == "host"
+    assert service["restart"] == "unless-stopped"
+    assert service["ulimits"] == {"memlock": -1, "stack": 67108864}
+    assert "/health" in service["healthcheck"]["test"][-1]
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    assert service["env_file"] == ["serving.env"]
+    assert service["environment"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert service["environment"]["VLLM_NO_USAGE_STATS"] == "1"
+    assert service["entrypoint"] == ["vllm", "serve"]
+    assert service["command"][0] == "RedHatAI/gemma-4-12B-it-FP8-dynamic"
+    assert service["volumes"] == ["/var/lib/sparkops/hf-cache:/root/.cache/huggingface"]
+    assert stat.S_IMODE((out / "spark-1" / "serving.env").stat().st_mode) == 0o600
+    unit = (out / "spark-1" / "sparkops-serving.service").read_text()
+    assert "WantedBy=multi-user.target" in unit and "docker compose" in unit
+    assert sorted(p.name for p in (out / "spark-1").iterdir()) == [
+        "compose.yml",
+        "serving.env",
+        "sparkops-serving.service",
+    ]
+
+
+def test_secrets_go_to_the_env_file_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
+    monkeypatch.setenv("VLLM_API_KEY", "api-secret")
+    out = tmp_path / "out"
+    render_inventory(make_inventory(tmp_path / "inv", "single"), out)
+    env_file = (out / "spark-1" / "serving.env").read_text()
+    assert "HF_TOKEN=hf_secret_token" in env_file and "VLLM_API_KEY=api-secret" in env_file
+    assert "secret" not in (out / "spark-1" / "compose.yml").read_text()
+
+
+def test_public_bind_is_refused_unless_asked(tmp_path):
+    inv = make_inventory(tmp_path / "inv", "single", vllm_serving_bind_address="0.0.0.0")
+    with pytest.raises(UserError, match="vllm_serving_allow_public_bind"):
+        render_inventory(inv, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing written before validation passed
+    inv = make_inventory(
+        tmp_path / "inv",
+        "single",
+        vllm_serving_bind_address="0.0.0.0",
+        vllm_serving_allow_public_bind=True,
+    )
+    render_inventory(inv, tmp_path / "out")
+    assert _compose(tmp_path / "out", "spark-1")["services"]["vllm"]["ports"] == [
+        "0.0.0.0:8000:8000"
+    ]
+
+
+def test_profile_problems_stop_the_render(tmp_path):
+    inv = make_inventory(tmp_path / "inv", "single", vllm_serving_concurrency=4096)
+    with pytest.raises(UserError, match="profile gb10-gemma4-12b-fp8: max_num_seqs 1024"):
+        render_inventory(inv, tmp_path / "out")
+
+
+def test_typo_in_a_role_variable_is_refused(tmp_path):
+    inv = make_inventory(tmp_path / "inv", "single", vllm_serving_bind_adress="127.0.0.1")
+    with pytest.raises(UserError, match="vllm_serving_bind_adress: unknown variable"):
+        render_inventory(inv, tmp_path / "out")
+
+
+def test_data_parallel_router(tmp_path):
+    out = tmp_path / "out"
+    render_inventory(make_inventory(tmp_path / "inv", "data-parallel"), out)
+    assert _compose(out, "spark-2")["services"]["vllm"]["ports"] == ["10.0.0.12:8000:8000"]
+    assert "router" not in _compose(out, "spark-2")["services"]
+    router = _compose(out, "spark-1")["services"]["router"]
+    assert router["ports"] == ["127.0.0.1:4000:4000"]
+    assert router["env_file"] == ["router.env"]
+    config = yaml.safe_load((out / "spark-1" / "litellm-config.yaml").read_text())
+    names = {m["model_name"] for m in config["model_list"]}
+    assert names == {"gemma4-12b-fp8dyn"}
+    assert [m["litellm_params"]["api_base"] for m in config["model_list"]] == [
+        "http://10.0.0.11:8000/v1",
+        "http://10.0.0.12:8000/v1",
+    ]
+    assert {m["litellm_params"]["model"] for m in config["model_list"]} == {
+        "hosted_vllm/gemma4-12b-fp8dyn"
+    }
+    settings = config["router_settings"]
+    assert settings["routing_strategy"] == "simple-shuffle"
+    assert (
+        settings["num_retries"] >= 1
+        and settings["cooldown_time"] > 0
+        and settings["allowed_fails"] > 0
+    )
+    assert config["general_settings"]["background_health_checks"] is True
+    assert config["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
+    env = (out / "spark-1" / "router.env").read_text()
+    assert stat.S_IMODE((out / "spark-1" / "router.env").stat().st_mode) == 0o600
+    key = next(line for line in env.splitlines() if line.startswith("LITELLM_MASTER_KEY="))
+    assert len(key.split("=", 1)[1]) > 30
+    render_inventory(make_inventory(tmp_path / "inv", "data-parallel"), out)
+    assert key in (out / "spark-1" / "router.env").read_text()  # kept across renders
+
+
+def test_pipeline_parallel_over_ray(tmp_path):
+    out = tmp_path / "out"
+    render_inventory(make_inventory(tmp_path / "inv", "pipeline-ray"), out)
+    head = _compose(out, "spark-1")["services"]["vllm"]
+    worker = _compose(out, "spark-2")["services"]["vllm"]
+    for service, own in ((head, "192.168.177.11"), (worker, "192.168.177.12")):
+        env = service["environment"]
+        assert service["network_mode"] == "host"
+        assert service["ulimits"]["memlock"] == -1
+        for name in (
+            "NCCL_SOCKET_IFNAME",
+            "GLOO_SOCKET_IFNAME",
+            "TP_SOCKET_IFNAME",
+            "UCX_NET_DEVICES",
+            "OMPI_MCA_btl_tcp_if_include",
+        ):
+            assert env[name] == "enp1s0f1np1"
+        assert env["VLLM_HOST_IP"] == own
+        assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
+        assert env["RAY_memory_monitor_refresh_ms"] == "0"
+    assert "--pipeline-parallel-size 2 --distributed-executor-backend ray" in head["command"][0]
+    assert head["command"][0].startswith("/opt/sparkops/ray-start.sh && exec vllm serve")
+    assert "vllm serve" not in worker["command"][0]
+    head_script = (out / "spark-1" / "ray-start.sh").read_text()
+    worker_script = (out / "spark-2" / "ray-start.sh").read_text()
+    assert "ray start --head --port=6379 --node-ip-address=192.168.177.11" in head_script
+    assert "--address=192.168.177.11:6379 --node-ip-address=192.168.177.12" in worker_script
+    assert "--disable-usage-stats" in worker_script
+
+
+def test_pipeline_parallel_native_multinode(tmp_path):
+    out = tmp_path / "out"
+    render_inventory(make_inventory(tmp_path / "inv", "pipeline-mp"), out)
+    head = _compose(out, "spark-1")["services"]["vllm"]["command"]
+    worker = _compose(out, "spark-2")["services"]["vllm"]["command"]
+    joined_head, joined_worker = " ".join(head), " ".join(worker)
+    assert "--nnodes 2 --node-rank 0 --master-addr 192.168.177.11" in joined_head
+    assert "--headless" not in joined_head
+    assert "--nnodes 2 --node-rank 1 --master-addr 192.168.177.11" in joined_worker
+    assert worker[-1] == "--headless"
+    assert not (out / "spark-1" / "ray-start.sh").exists()
+
+
+def test_pipeline_parallel_needs_the_qsfp_address(tmp_path):
+    inv = make_inventory(tmp_path / "inv", "pipeline-ray", ray_cluster_address="")
+    with pytest.raises(UserError, match="ray_cluster_address"):
+        render_inventory(inv, tmp_path / "out")
+
+
+def test_wrong_host_count_names_the_fix(tmp_path):
+    inv = make_inventory(tmp_path / "inv", "single", vllm_serving_topology="data-parallel")
+    with pytest.raises(UserError, match="needs 2 serving host"):
+        render_inventory(inv, tmp_path / "out")
+
+
+def test_inventory_precedence_and_references(tmp_path):
+    inv = make_inventory(tmp_path / "inv", "data-parallel", vllm_serving_port=8000)
+    (inv / "group_vars" / "sparks.yml").write_text("vllm_serving_port: 8100\n")
+    (inv / "host_vars" / "spark-2").mkdir(parents=True)
+    (inv / "host_vars" / "spark-2" / "serving.yml").write_text("vllm_serving_port: 8200\n")
+    parsed = read_inventory(inv)
+    assert parsed.hostvars["spark-1"]["vllm_serving_port"] == 8100
+    assert parsed.hostvars["spark-2"]["vllm_serving_port"] == 8200
+    assert parsed.hostvars["spark-2"]["vllm_serving_bind_address"] == "10.0.0.12"
+
+
+def test_missing_inventory_names_the_fix(tmp_path):
+    with pytest.raises(UserError, match=r"no hosts\.yml"):
+        render_inventory(tmp_path, tmp_path / "out")
+
+
+def test_cli_render(tmp_path, capsys):
+    import argparse
+
+    from sparkops.render.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(
+        [
+            "render",
+            "--inventory",
+            str(make_inventory(tmp_path / "inv", "single")),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
+    assert args.func(args) == 0
+    assert "spark-1/compose.yml" in capsys.readouterr().out
