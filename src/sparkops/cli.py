@@ -18,6 +18,9 @@ COMMAND_MODULES = [
     "sparkops.plan.cli",
     "sparkops.compare.cli",
     "sparkops.render.cli",
+    "sparkops.batch.cli",
+    "sparkops.report.cli",
+    "sparkops.pipeline.cli",
 ]
 
 

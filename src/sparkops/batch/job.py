@@ -1,0 +1,294 @@
+"""One batch job, end to end: validate, scan, resume, run, sample metrics, summarise.
+
+`run_job(config)` is the library entry point (synchronous; it runs its own event loop)
+used by `sparkops batch run` and by the concurrency sweep, which calls it once per level
+with a fresh `out` directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from sparkops.batch import server
+from sparkops.batch.endpoints import EndpointPool
+from sparkops.batch.engine import Engine, EngineConfig, Stats
+from sparkops.batch.journal import (
+    RUNS,
+    TIMELINE,
+    Journal,
+    Manifest,
+    append_json,
+    iter_results,
+    open_private,
+    prepare_dir,
+)
+from sparkops.batch.policy import POLICIES
+from sparkops.batch.progress import ProgressView
+from sparkops.batch.records import detect_kind, read_records, scan_input
+from sparkops.errors import UserError
+from sparkops.metrics.timeline import hit_rate
+from sparkops.pipeline.check import analyse_step, probe_records
+from sparkops.pipeline.prompt import build_messages
+from sparkops.pipeline.spec import PipelineSpec, load_pipeline
+
+PREFIX = "prefix.json"
+
+
+@dataclass
+class JobConfig:
+    """Everything a job needs; mirrors `sparkops batch run` options."""
+
+    input: Path
+    out: Path
+    endpoints: list[str]
+    pipeline: Path | None = None
+    concurrency: int = 1000
+    id_field: str = "id"
+    api_key_env: str | None = None
+    restart: bool = False
+    request_timeout: float = 600.0
+    retry_for: float = 1800.0
+    sample_interval: float = 5.0
+    fsync_interval: float = 1.0
+    policy: str = "fifo"
+    progress: bool = True
+    lookahead: int | None = None
+
+
+@dataclass
+class JobSummary:
+    """What one call of run_job did (the report has the whole-job figures)."""
+
+    out: Path
+    total: int
+    done: int
+    errors: int
+    skipped: int
+    calls: int
+    retries: int
+    elapsed_s: float
+    records_per_min: float | None
+    hit_rate: float | None
+    resumed: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_job(cfg: JobConfig) -> JobSummary:
+    """Run (or resume) a job synchronously; raises UserError on bad input before any request."""
+    return asyncio.run(run_job_async(cfg))
+
+
+def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, str, str | None]:
+    if not cfg.endpoints:
+        raise UserError("no endpoint given; pass --endpoint http://127.0.0.1:8000 (repeatable)")
+    if cfg.concurrency < 1:
+        raise UserError("--concurrency must be at least 1")
+    if cfg.policy not in POLICIES:
+        raise UserError(f"unknown policy {cfg.policy!r}; choose one of {sorted(POLICIES)}")
+    api_key = None
+    if cfg.api_key_env:
+        api_key = os.environ.get(cfg.api_key_env)
+        if not api_key:
+            raise UserError(
+                f"environment variable {cfg.api_key_env} is empty or unset; "
+                "export the API key in it"
+            )
+    if not cfg.input.is_file():
+        raise UserError(
+            f"input {cfg.input} does not exist; pass --input with a JSONL, CSV or OpenAI batch file"
+        )
+    kind = detect_kind(cfg.input)
+    spec = load_pipeline(cfg.pipeline) if cfg.pipeline else None
+    if spec is None and kind != "openai":
+        raise UserError(
+            f"{cfg.input} holds records, not OpenAI batch requests; pass --pipeline P.yaml"
+        )
+    return spec, kind, api_key
+
+
+async def run_job_async(cfg: JobConfig) -> JobSummary:
+    spec, kind, api_key = _validate(cfg)
+    scan = scan_input(cfg.input, kind, cfg.id_field)
+    if scan.duplicates:
+        shown = ", ".join(f"{rid!r} (line {line})" for rid, line in scan.duplicates[:5])
+        raise UserError(
+            f"{len(scan.duplicates)} duplicate id(s) in {cfg.input}: {shown}; make every "
+            f"{cfg.id_field!r} unique (nothing was sent)"
+        )
+    manifest = Manifest(
+        pipeline_fingerprint=spec.fingerprint() if spec else "openai-batch",
+        input_fingerprint=scan.fingerprint,
+        input=cfg.input.name,
+        kind=kind,
+        id_field=cfg.id_field,
+        total=scan.total,
+    )
+    pool = EndpointPool.from_urls(cfg.endpoints)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side:
+        default_model, prefix = await _preflight(side, pool, spec, headers)
+        resumed = prepare_dir(cfg.out, manifest, cfg.restart)
+        if prefix is not None:
+            _write_json(cfg.out / PREFIX, prefix)
+        journal = Journal(cfg.out, "custom_id" if kind == "openai" else "id", cfg.fsync_interval)
+        journal.open()
+        already = len(journal.done)
+        run = 1 + sum(1 for r in iter_results(cfg.out / RUNS) if r.get("event") == "start")
+        append_json(
+            cfg.out / RUNS,
+            {
+                "event": "start",
+                "run": run,
+                "t": time.time(),
+                "concurrency": cfg.concurrency,
+                "endpoints": len(pool.endpoints),
+            },
+        )
+        engine = Engine(
+            EngineConfig(
+                cfg.concurrency, cfg.lookahead, cfg.request_timeout, cfg.retry_for, api_key, run
+            ),
+            pool,
+            journal,
+            spec,
+            POLICIES[cfg.policy],
+            default_model,
+        )
+        t0 = time.monotonic()
+        view = ProgressView(engine.stats, scan.total, already, enabled=cfg.progress)
+        sampler = asyncio.create_task(
+            _sample_loop(side, pool, headers, cfg, run, engine.stats, view)
+        )
+        try:
+            with view:
+                await engine.run(read_records(cfg.input, kind, cfg.id_field))
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+            await _sample_once(side, pool, headers, cfg, run, engine.stats)
+            journal.close()
+            append_json(cfg.out / RUNS, {"event": "end", "run": run, "t": time.time()})
+    elapsed = time.monotonic() - t0
+    st = engine.stats
+    finished = st.done + st.errors
+    return JobSummary(
+        out=cfg.out,
+        total=scan.total,
+        done=st.done,
+        errors=st.errors,
+        skipped=st.skipped,
+        calls=st.calls,
+        retries=st.retries,
+        elapsed_s=elapsed,
+        records_per_min=finished / elapsed * 60 if elapsed > 0 and finished else None,
+        hit_rate=st.hit_rate,
+        resumed=resumed,
+    )
+
+
+async def _preflight(
+    side: aiohttp.ClientSession,
+    pool: EndpointPool,
+    spec: PipelineSpec | None,
+    headers: dict[str, str],
+) -> tuple[str | None, dict[str, Any] | None]:
+    """Check the endpoints serve the model; measure each step's shared prefix for the ceiling."""
+    base = pool.endpoints[0].base
+    try:
+        models = await server.served_models(side, base, headers)
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as err:
+        raise UserError(
+            f"cannot reach {base}/v1/models ({type(err).__name__}); start the server "
+            "(sparkops local up) or fix --endpoint"
+        ) from None
+    names = [m.get("id") for m in models]
+    if spec is not None and spec.model not in names:
+        raise UserError(
+            f"model {spec.model!r} is not served at {base} (serving {names}); "
+            "fix 'model:' in the pipeline"
+        )
+    default_model = names[0] if names else None
+    if spec is None:
+        return default_model, None
+    text = await server.get_text(side, pool.endpoints[0].metrics_url, headers)
+    bs = server.block_size(text) if text else None
+    steps: dict[str, Any] = {}
+    try:
+        for step in spec.steps:
+            a, b, fixed = probe_records(step)
+            toks = [
+                await server.tokenize(side, base, spec.model, build_messages(step, r), headers)
+                for r in (a, b, fixed)
+            ]
+            p = analyse_step(step, *toks, block_size=bs or 16)
+            steps[step.name] = {
+                "shared_tokens": p.shared_tokens,
+                "reusable_tokens": p.reusable_tokens,
+                "tail_tokens": p.tail_tokens,
+                "fixed_tokens": p.fixed_tokens,
+            }
+    except (aiohttp.ClientError, RuntimeError, KeyError, ValueError):
+        return default_model, {"block_size": bs, "steps": {}}
+    return default_model, {"block_size": bs, "steps": steps}
+
+
+async def _sample_once(side, pool, headers, cfg: JobConfig, run: int, stats: Stats) -> None:
+    now = time.time()
+    for ep in pool.endpoints:
+        text = await server.get_text(side, ep.metrics_url, headers)
+        values = server.metric_values(text) if text else {}
+        append_json(
+            cfg.out / TIMELINE,
+            {
+                "t": now,
+                "run": run,
+                "endpoint": ep.base,
+                "v": values,
+                "done": stats.done + stats.errors,
+                "in_flight": stats.in_flight,
+            },
+        )
+
+
+async def _sample_loop(
+    side, pool, headers, cfg: JobConfig, run: int, stats: Stats, view: ProgressView
+) -> None:
+    """Read every backend's /metrics on a clock into timeline.jsonl; refresh the live hit rate."""
+    samples: list[dict[str, Any]] = []
+    last = 0.0
+    while True:
+        now = time.time()
+        if now - last >= cfg.sample_interval:
+            last = now
+            for ep in pool.endpoints:
+                text = await server.get_text(side, ep.metrics_url, headers)
+                values = server.metric_values(text) if text else {}
+                sample = {
+                    "t": now,
+                    "run": run,
+                    "endpoint": ep.base,
+                    "v": values,
+                    "done": stats.done + stats.errors,
+                    "in_flight": stats.in_flight,
+                }
+                append_json(cfg.out / TIMELINE, sample)
+                samples.append(sample)
+            stats.hit_rate = hit_rate(samples)
+        view.update()
+        await asyncio.sleep(0.5)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    fd = open_private(path, os.O_WRONLY | os.O_TRUNC)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=2)

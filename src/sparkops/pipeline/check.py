@@ -1,0 +1,116 @@
+"""Prefix-reuse lint for a pipeline: how much of each step's prompt the cache can reuse.
+
+Pure: the caller tokenizes (through the server's /tokenize, so the real chat template and
+tokenizer are used) and passes token lists in. Reuse stops at the first token that differs,
+and vLLM reuses whole blocks only, so per step we report the shared prefix, the whole-block
+part of it, and the tail recomputed on every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sparkops.pipeline.spec import StepSpec
+
+# Two probe records that differ from their first character, so the shared prefix of their
+# token lists is exactly the fixed text before the first record field.
+PROBE_A = "Alpha probe record 1"
+PROBE_B = "Zulu sample entry 22"
+
+
+def probe_records(step: StepSpec) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """Two differing records, and one with every field empty (fixed text only)."""
+    return (
+        dict.fromkeys(step.fields, PROBE_A),
+        dict.fromkeys(step.fields, PROBE_B),
+        dict.fromkeys(step.fields, ""),
+    )
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class StepPrefix:
+    step: str
+    shared_tokens: int
+    fixed_tokens: int
+    block_size: int
+    literal_after_record_chars: int
+
+    @property
+    def reusable_tokens(self) -> int:
+        """Whole blocks of the shared prefix: what the prefix cache can hit."""
+        return self.shared_tokens // self.block_size * self.block_size
+
+    @property
+    def tail_tokens(self) -> int:
+        """Shared tokens past the last block edge, recomputed on every call."""
+        return self.shared_tokens - self.reusable_tokens
+
+    @property
+    def after_record_tokens(self) -> int:
+        """Fixed tokens placed after the first record field: never reusable."""
+        return max(0, self.fixed_tokens - self.shared_tokens)
+
+    @property
+    def warnings(self) -> list[str]:
+        out = []
+        if self.after_record_tokens > max(16, self.fixed_tokens // 10):
+            out.append(
+                f"step {self.step}: {self.after_record_tokens} of {self.fixed_tokens} fixed tokens "
+                "come after a record field and are recomputed on every call; put the record last"
+            )
+        if self.shared_tokens < self.block_size:
+            out.append(
+                f"step {self.step}: shared prefix ({self.shared_tokens} tokens) is shorter than "
+                f"one block ({self.block_size}); nothing can be reused"
+            )
+        return out
+
+
+def literal_after_first_field(template: str) -> int:
+    """Characters of fixed text in `template` after its first placeholder."""
+    import string
+
+    seen = False
+    chars = 0
+    for literal, field, _, _ in string.Formatter().parse(template):
+        if seen:
+            chars += len(literal)
+        if field is not None:
+            seen = True
+    return chars
+
+
+def analyse_step(
+    step: StepSpec,
+    tokens_a: Sequence[int],
+    tokens_b: Sequence[int],
+    tokens_fixed: Sequence[int],
+    block_size: int,
+) -> StepPrefix:
+    return StepPrefix(
+        step=step.name,
+        shared_tokens=common_prefix(tokens_a, tokens_b),
+        fixed_tokens=len(tokens_fixed),
+        block_size=block_size,
+        literal_after_record_chars=literal_after_first_field(step.user),
+    )
+
+
+def ceiling(calls: Sequence[tuple[int, int]]) -> float | None:
+    """Best hit rate the prompts allow: Σ whole shared blocks / Σ prompt tokens.
+
+    `calls` is (reusable_tokens_of_its_step, prompt_tokens) per call.
+    """
+    reusable = sum(min(r, p) for r, p in calls)
+    prompt = sum(p for _, p in calls)
+    return reusable / prompt if prompt else None

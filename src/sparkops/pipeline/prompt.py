@@ -1,0 +1,47 @@
+"""Build the chat messages for one step of one record.
+
+Shared text first, record last: the system message is the step's fixed instructions,
+byte-identical for every record, and the user message is the template filled from the
+record. That order is what lets vLLM's prefix cache reuse the instructions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sparkops.pipeline.spec import StepSpec
+
+
+class RecordError(ValueError):
+    """This record cannot be sent (missing field, ...): it becomes the record's error."""
+
+
+def build_messages(step: StepSpec, record: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Messages for `step` over `record` (system, then user)."""
+    missing = [f for f in step.fields if f not in record]
+    if missing:
+        raise RecordError(
+            f"record has no field(s) {missing} used by step {step.name!r}; "
+            "add them to the input or change the step's user template"
+        )
+    user = step.user.format_map({k: _text(v) for k, v in record.items()})
+    messages = []
+    if step.system:
+        messages.append({"role": "system", "content": step.system})
+    messages.append({"role": "user", "content": user})
+    return messages
+
+
+def build_request(step: StepSpec, model: str, record: Mapping[str, Any]) -> dict[str, Any]:
+    """The /v1/chat/completions body for one call."""
+    return {
+        "model": model,
+        "messages": build_messages(step, record),
+        "max_tokens": step.max_tokens,
+        "temperature": step.temperature,
+    }
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)

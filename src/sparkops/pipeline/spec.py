@@ -1,0 +1,229 @@
+"""The pipeline YAML, validated with pydantic before any request is sent.
+
+A pipeline is a short sequence of decisions (a quick screen, then detailed checks only for
+records that pass). Every mistake a user can make in the YAML (unknown step in `next`, a
+loop, a label with no route, a missing prompt file) is caught here, with the fix named,
+so a multi-day job never dies on step three after hours of work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sparkops.errors import UserError
+
+STOP = "stop"
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader where only true/false are booleans.
+
+    YAML 1.1 reads `yes`/`no`/`on`/`off` as booleans, which would silently turn the
+    natural `choices: [yes, no]` and `next: {yes: detail}` into True/False.
+    """
+
+
+_YamlLoader.yaml_implicit_resolvers = {
+    key: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
+
+
+class ParseSpec(BaseModel):
+    """How a step's free-text answer becomes one label."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    choices: list[str] = Field(min_length=1)
+    default: str = "unclear"
+
+    @field_validator("choices")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len({c.lower() for c in v}) != len(v):
+            raise ValueError("choices must be distinct (case-insensitive)")
+        return v
+
+    @property
+    def labels(self) -> list[str]:
+        """Every label the parser can return (the choices, then the default)."""
+        return [*self.choices, *([self.default] if self.default not in self.choices else [])]
+
+
+class StepSpec(BaseModel):
+    """One decision: a fixed system prompt, a user template filled from the record."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
+    system: str = ""
+    user: str
+    max_tokens: int = Field(default=16, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+    parse: ParseSpec
+    next: dict[str, str] | None = None
+
+    @field_validator("user")
+    @classmethod
+    def _simple_fields(cls, v: str) -> str:
+        for field in template_fields(v):
+            if not _FIELD_NAME.match(field):
+                raise ValueError(
+                    f"placeholder {{{field}}} is not a plain record field name; "
+                    "use {fieldname} (no attribute access, indexing or format specs)"
+                )
+        return v
+
+    @property
+    def fields(self) -> list[str]:
+        """Record fields this step's user template reads."""
+        return template_fields(self.user)
+
+
+class PipelineSpec(BaseModel):
+    """The whole pipeline: a served model name and an ordered list of steps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    model: str
+    steps: list[StepSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _routes(self) -> PipelineSpec:
+        names = [s.name for s in self.steps]
+        if len(set(names)) != len(names):
+            raise ValueError(f"step names must be unique, got {names}")
+        for step in self.steps:
+            if step.next is None:
+                continue
+            for label, target in step.next.items():
+                if label not in step.parse.labels:
+                    raise ValueError(
+                        f"step {step.name!r}: next has label {label!r} that parse cannot "
+                        f"return; labels are {step.parse.labels}"
+                    )
+                if target != STOP and target not in names:
+                    raise ValueError(
+                        f"step {step.name!r}: next sends {label!r} to unknown step "
+                        f"{target!r}; use one of {names} or 'stop'"
+                    )
+            missing = [lb for lb in step.parse.labels if lb not in step.next]
+            if missing:
+                raise ValueError(
+                    f"step {step.name!r}: next has no route for {missing}; add them "
+                    "(a step name or 'stop')"
+                )
+        self._check_acyclic()
+        return self
+
+    def _check_acyclic(self) -> None:
+        """Refuse loops: a record must finish in at most len(steps) calls."""
+        state: dict[str, int] = {}
+
+        def visit(name: str, path: list[str]) -> None:
+            if state.get(name) == 2:
+                return
+            if state.get(name) == 1:
+                raise ValueError(f"steps form a loop: {' -> '.join([*path, name])}; remove it")
+            state[name] = 1
+            for target in successors(self, name):
+                visit(target, [*path, name])
+            state[name] = 2
+
+        visit(self.steps[0].name, [])
+
+    def step(self, name: str) -> StepSpec:
+        """The step called `name`."""
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def first(self) -> StepSpec:
+        return self.steps[0]
+
+    def fingerprint(self) -> str:
+        """Hash of everything that changes what is sent or how answers are read.
+
+        A resumed job with a different fingerprint would mix two experiments in one
+        results file, so the journal refuses it.
+        """
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def successors(spec: PipelineSpec, name: str) -> list[str]:
+    """Steps reachable in one hop from `name` (stop excluded)."""
+    idx = [s.name for s in spec.steps].index(name)
+    step = spec.steps[idx]
+    if step.next is None:
+        return [spec.steps[idx + 1].name] if idx + 1 < len(spec.steps) else []
+    return sorted({t for t in step.next.values() if t != STOP})
+
+
+def template_fields(template: str) -> list[str]:
+    """Names of the `{field}` placeholders in a str.format template, in order."""
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as err:
+        raise ValueError(
+            f"bad template {template!r}: {err}; write literal braces as {{{{ }}}}"
+        ) from err
+
+
+def _resolve_system(text: str, base: Path) -> str:
+    """`system` is a path relative to the YAML, or inline text."""
+    if "\n" not in text and text.strip() and len(text) < 300:
+        candidate = (base / text).resolve()
+        if candidate.is_file():
+            return candidate.read_text(encoding="utf-8")
+        if re.search(r"\.(txt|md|prompt)$", text):
+            raise UserError(
+                f"system prompt file {text!r} not found next to the pipeline ({base}); "
+                "create it or write the prompt inline"
+            )
+    return text
+
+
+def load_pipeline(path: str | Path) -> PipelineSpec:
+    """Read, resolve prompt files and validate a pipeline YAML."""
+    path = Path(path)
+    try:
+        raw: Any = yaml.load(path.read_text(encoding="utf-8"), Loader=_YamlLoader)
+    except FileNotFoundError:
+        raise UserError(f"pipeline file {path} does not exist; pass --pipeline PATH") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"pipeline {path} is not valid YAML ({err}); fix the syntax") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"pipeline {path} must be a mapping with name, model, steps")
+    for step in raw.get("steps") or []:
+        if isinstance(step, dict) and isinstance(step.get("system"), str):
+            step["system"] = _resolve_system(step["system"], path.parent)
+    return parse_pipeline(raw, source=str(path))
+
+
+def parse_pipeline(raw: dict[str, Any], source: str = "pipeline") -> PipelineSpec:
+    """Validate an already-loaded mapping (prompt paths already resolved)."""
+    try:
+        return PipelineSpec.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'pipeline'}: {e['msg']}" for e in err.errors()
+        )
+        raise UserError(f"{source} is invalid: {problems}") from None

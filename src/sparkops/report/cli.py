@@ -1,0 +1,22 @@
+"""`sparkops report DIR`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sparkops.report.render import markdown, write_report
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report", help="write report.json, report.md, throughput.png into DIR"
+    )
+    p.add_argument("dir", type=Path)
+    p.set_defaults(func=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    report = write_report(args.dir)
+    print(markdown(report, args.dir.name), end="")
+    return 0

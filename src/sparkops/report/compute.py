@@ -1,0 +1,132 @@
+"""Compute report.json from a job directory (results, runs, timeline, prefix analysis).
+
+Definitions follow the seed: records/min over the whole run and over its middle (warm-up
+and tail excluded), token rates from vLLM's counters, hit rate = Δhits/Δqueries summed over
+backends, and the ceiling = whole shared blocks over prompt tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from sparkops.batch.journal import RESULTS, RUNS, TIMELINE, iter_results, load_manifest
+from sparkops.metrics.timeline import (
+    combined_per_min,
+    counter_total,
+    gauge_max,
+    hit_rate,
+    rate_per_s,
+    steady_window,
+)
+from sparkops.pipeline.check import ceiling
+
+PREFIX = "prefix.json"
+
+
+def load_dir(directory: Path) -> dict[str, Any]:
+    """Everything the report needs, read once (results are reduced while streaming)."""
+    manifest = load_manifest(directory)
+    finish: dict[Any, list[float]] = defaultdict(list)
+    records = done = errors = calls = 0
+    done_calls = 0
+    prompt = cached = completion = 0
+    ceiling_calls: list[tuple[int, int]] = []
+    prefix = {}
+    if (directory / PREFIX).exists():
+        prefix = json.loads((directory / PREFIX).read_text(encoding="utf-8"))
+    reusable = {k: v.get("reusable_tokens", 0) for k, v in (prefix.get("steps") or {}).items()}
+    finals: dict[str, int] = defaultdict(int)
+    for obj in iter_results(directory / RESULTS):
+        records += 1
+        ok = obj.get("status") == "done" if "status" in obj else obj.get("error") is None
+        steps = obj.get("steps") or []
+        calls += len(steps)
+        if ok:
+            done += 1
+            done_calls += len(steps)
+            if obj.get("final") is not None:
+                finals[str(obj["final"])] += 1
+        else:
+            errors += 1
+        if "t" in obj:
+            finish[obj.get("run")].append(obj["t"])
+        for s in steps:
+            p = s.get("prompt_tokens") or 0
+            prompt += p
+            cached += s.get("cached_tokens") or 0
+            completion += s.get("completion_tokens") or 0
+            if s.get("step") in reusable and p:
+                ceiling_calls.append((reusable[s["step"]], p))
+    runs: dict[Any, dict[str, float]] = defaultdict(dict)
+    for r in iter_results(directory / RUNS):
+        runs[r.get("run")][r.get("event", "")] = r.get("t")
+    samples = list(iter_results(directory / TIMELINE))
+    return {
+        "manifest": manifest,
+        "records": records,
+        "done": done,
+        "errors": errors,
+        "calls": calls,
+        "done_calls": done_calls,
+        "prompt": prompt,
+        "cached": cached,
+        "completion": completion,
+        "finish": dict(finish),
+        "runs": dict(runs),
+        "samples": samples,
+        "prefix": prefix,
+        "ceiling_calls": ceiling_calls,
+        "finals": dict(finals),
+    }
+
+
+def compute_report(data: dict[str, Any]) -> dict[str, Any]:
+    """report.json content from `load_dir` output (pure)."""
+    finish = data["finish"]
+    samples = data["samples"]
+    span = 0.0
+    for run, ts in finish.items():
+        start = data["runs"].get(run, {}).get("start", min(ts))
+        span += max(ts) - start
+    finished = sum(len(ts) for ts in finish.values())
+    windows = [steady_window(ts) for ts in finish.values()]
+    steady = combined_per_min(windows)
+    # token rates and hit rate over the steady windows when there are any, else everything
+    use = [w for w in windows if w is not None] or None
+    prompt_tps = rate_per_s(samples, "prompt_tokens", use) if use else None
+    gen_tps = rate_per_s(samples, "generation_tokens", use) if use else None
+    ceil = ceiling(data["ceiling_calls"]) if data["ceiling_calls"] else None
+    kv = gauge_max(samples, "kv_cache_usage")
+    return {
+        "records": data["manifest"].get("total", data["records"]),
+        "finished": data["records"],
+        "done": data["done"],
+        "errors": data["errors"],
+        "calls": data["calls"],
+        "calls_per_record": round(data["done_calls"] / data["done"], 3) if data["done"] else None,
+        "records_per_min": _r(finished / span * 60 if span > 0 else None),
+        "records_per_min_steady": _r(steady),
+        "prompt_tokens_per_s": _r(prompt_tps),
+        "generation_tokens_per_s": _r(gen_tps),
+        "prefix_cache_hit_rate": _r(hit_rate(samples), 4),
+        "prefix_cache_hit_rate_ceiling": _r(ceil, 4),
+        "cached_tokens_share": _r(data["cached"] / data["prompt"], 4) if data["prompt"] else None,
+        "prompt_tokens_per_call": _r(data["prompt"] / data["calls"]) if data["calls"] else None,
+        "completion_tokens_per_call": _r(data["completion"] / data["calls"])
+        if data["calls"]
+        else None,
+        "kv_cache_usage_max": _r(kv, 4),
+        "preemptions": int(counter_total(samples, "preemptions")),
+        "block_size": (data["prefix"] or {}).get("block_size"),
+        "prefix_steps": (data["prefix"] or {}).get("steps"),
+        "runs": len(data["runs"]) or len(finish),
+        "wall_s": _r(span),
+        "finals": data["finals"],
+    }
+
+
+def _r(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None else round(x, nd)
