@@ -1,0 +1,60 @@
+"""Every topology x profile renders, and the real `docker compose config` accepts every
+compose file it writes (the check compose itself runs before `up`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from sparkops.profiles import available_profiles
+from sparkops.render import render_inventory
+from tests.unit.test_render import TOPOLOGIES, make_inventory
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("profile", available_profiles())
+@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
+def test_compose_config_accepts_every_rendered_stack(tmp_path, monkeypatch, topology, profile):
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")  # the gated profile needs one
+    extra = {"vllm_serving_profile": profile}
+    if profile == "cpu-tiny":
+        extra.update(
+            vllm_serving_model_dir=str(tmp_path / "models" / "tiny"), vllm_serving_gpus=False
+        )
+    inventory = make_inventory(tmp_path / "inv", topology, **extra)
+    rendered = render_inventory(inventory, tmp_path / "out")
+    for host in rendered:
+        folder = tmp_path / "out" / host
+        result = subprocess.run(
+            ["docker", "compose", "config", "--format", "json"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        config = json.loads(result.stdout)
+        vllm = config["services"]["vllm"]
+        assert vllm["restart"] == "unless-stopped"
+        assert vllm["ipc"] == "host"
+        assert vllm["ulimits"]["memlock"] in (-1, {"soft": -1, "hard": -1})
+        # compose reads the secrets file itself: HF_TOKEN reaches the container's environment
+        assert vllm["environment"]["HF_TOKEN"] == "hf_test_token"
+        assert vllm["environment"]["DO_NOT_TRACK"] == "1"
+        if topology.startswith("pipeline"):
+            assert vllm["network_mode"] == "host"
+        else:
+            (port,) = vllm["ports"]
+            assert port["host_ip"] != "0.0.0.0"
+        if profile.startswith("gb10"):
+            (device,) = vllm["deploy"]["resources"]["reservations"]["devices"]
+            assert device["capabilities"] == ["gpu"]
+        else:
+            assert "deploy" not in vllm
+        if host == "spark-1" and topology == "data-parallel":
+            router = config["services"]["router"]
+            assert router["environment"]["LITELLM_MASTER_KEY"].startswith("sk-")
+            assert router["environment"]["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
