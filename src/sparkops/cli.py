@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "sparkops.local.cli",
     "sparkops.plan.cli",
     "sparkops.compare.cli",
+    "sparkops.bench.cli",
     "sparkops.render.cli",
     "sparkops.batch.cli",
     "sparkops.report.cli",

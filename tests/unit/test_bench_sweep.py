@@ -1,0 +1,157 @@
+"""Sweep maths on constructed job files whose figures are worked out by hand."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pytest
+
+from sparkops.bench.plots import write_plots
+from sparkops.bench.sweep import (
+    LevelSummary,
+    interval_rates,
+    parse_levels,
+    report_markdown,
+    summarise_level,
+    table_markdown,
+)
+from sparkops.errors import UserError
+
+
+def results(n: int, start: float = 100.0, gap: float = 1.0, errors: int = 0) -> list[dict]:
+    rows = [{"id": str(i), "status": "done", "t": start + i * gap} for i in range(n)]
+    for row in rows[:errors]:
+        row["status"] = "error"
+    return rows
+
+
+def samples(endpoint: str, t0: float, t1: float, *, prompt=1000, hits=900, gen=50, base=0.0):
+    """One sample a second; per second `prompt` prompt tokens (of which `hits` cached) and
+    `gen` generated tokens; KV usage climbing to 0.5; 3 waiting at one point."""
+    out = []
+    for k, t in enumerate(range(int(t0), int(t1) + 1)):
+        out.append(
+            {
+                "t": float(t),
+                "run": 1,
+                "endpoint": endpoint,
+                "v": {
+                    "prompt_tokens": base + prompt * k,
+                    "prefix_cache_queries": base + prompt * k,
+                    "prefix_cache_hits": base + hits * k,
+                    "generation_tokens": base + gen * k,
+                    "preemptions": float(k // 10),
+                    "kv_cache_usage": min(0.5, 0.02 * k),
+                    "waiting": 3.0 if k == 5 else 0.0,
+                },
+            }
+        )
+    return out
+
+
+def test_one_backend_by_hand():
+    lv = summarise_level(240, results(20), samples("a", 95, 120))
+    # 20 completions 1 s apart from t=100: the middle is ts[2]..ts[17], 15 records in 15 s.
+    assert lv.records_per_min == pytest.approx(60.0)
+    # Whole run: first sample at 95, last completion at 119: 20 records in 24 s.
+    assert lv.records_per_min_whole == pytest.approx(20 / 24 * 60)
+    assert lv.elapsed_s == pytest.approx(24.0)
+    # 1000 prompt tokens/s of which 900 cached: 100 computed; 50 generated.
+    assert lv.prompt_tok_s == pytest.approx(100.0)
+    assert lv.generation_tok_s == pytest.approx(50.0)
+    assert lv.combined_tok_s == pytest.approx(150.0)
+    assert lv.hit_rate == pytest.approx(0.9)
+    assert lv.kv_usage_max == pytest.approx(0.5)
+    assert lv.waiting_max == 3.0
+    assert lv.preemptions == 2.0  # 0 at k=0 .. 2 at k=25
+    assert (lv.records, lv.done, lv.errors) == (20, 20, 0)
+
+
+def test_two_backends_sum_and_survive_a_restart():
+    one = samples("a", 95, 120)
+    two = samples("b", 95, 120, prompt=500, hits=250, gen=30)
+    # Backend b restarts at t=110: its counters fall back near zero and climb again.
+    for s in two:
+        if s["t"] >= 110:
+            k = s["t"] - 110 + 1
+            s["v"].update(
+                prompt_tokens=500 * k,
+                prefix_cache_queries=500 * k,
+                prefix_cache_hits=250 * k,
+                generation_tokens=30 * k,
+            )
+    lv = summarise_level(480, results(20, errors=2), one + two)
+    assert lv.prompt_tok_s == pytest.approx(100.0 + 250.0)
+    assert lv.generation_tok_s == pytest.approx(80.0)
+    assert lv.hit_rate == pytest.approx((900 + 250) / (1000 + 500))
+    assert (lv.done, lv.errors) == (18, 2)
+
+
+def test_interval_rates_only_inside_the_window():
+    rates = interval_rates(samples("a", 0, 10, prompt=10, hits=0, gen=1), 2.0, 5.0)
+    assert len(rates) == 3  # intervals 2-3, 3-4, 4-5
+    assert all(r["computed_prompt"] == 10 and r["generation"] == 1 for r in rates)
+
+
+def test_short_run_falls_back_to_whole_run():
+    lv = summarise_level(1, results(4, gap=2.0), samples("a", 99, 107))
+    # Fewer than 10 records: no middle; 4 records from the first sample (99) to 106.
+    assert lv.records_per_min == pytest.approx(4 / 7 * 60)
+    assert lv.generation_tok_s == pytest.approx(50.0)
+
+
+def test_no_metrics_gives_none_not_zero():
+    lv = summarise_level(8, results(12), [])
+    assert lv.hit_rate is None and lv.combined_tok_s is None and lv.kv_usage_max is None
+    assert lv.records_per_min is not None
+
+
+def level(concurrency, rpm, hit, kv=0.3):
+    return LevelSummary(
+        concurrency=concurrency,
+        records=100,
+        done=100,
+        errors=0,
+        elapsed_s=60.0,
+        records_per_min=rpm,
+        records_per_min_whole=rpm,
+        prompt_tok_s=500.0,
+        generation_tok_s=800.0,
+        combined_tok_s=1300.0,
+        hit_rate=hit,
+        kv_usage_max=kv,
+        waiting_max=0.0,
+        preemptions=0.0,
+    )
+
+
+def test_table_and_report_markdown():
+    levels = [level(1, 4.0, 0.5), level(240, 120.0, 0.89), level(960, 149.0, 0.94, kv=0.75)]
+    table = table_markdown(levels)
+    assert table.count("\n") == 2 + 3
+    assert "| 960 | 149.0 | 500 | 800 | 1,300 | 94.0% | 75% | 0 | 0 | 100 / 0 |" in table
+    report = report_markdown(levels, cold=True, records_file="notes.jsonl", plots=["x.png"])
+    assert "reset (`--cold`)" in report
+    assert "about 37.2x" in report  # 149 / 4
+    assert "above 70% full" in report
+    assert "![x.png](x.png)" in report
+    warm = report_markdown(levels[:2], cold=False, records_file="n", plots=[])
+    assert "use `--cold`" in warm and "70% full" not in warm
+
+
+def test_plots_are_real_pngs(tmp_path):
+    levels = [level(1, 4.0, 0.5), level(240, 120.0, 0.89), level(960, 149.0, None)]
+    paths = write_plots(levels, tmp_path)
+    assert [p.name for p in paths] == ["records_per_min.png", "hit_rate.png"]
+    for path in paths:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert plt.imread(path).shape[:2] == (400, 600)
+
+
+@pytest.mark.parametrize("text", ["1,x", "0,4", "4,4", ""])
+def test_bad_levels(text):
+    with pytest.raises(UserError, match="--levels"):
+        parse_levels(text)
+
+
+def test_levels():
+    assert parse_levels("1,240, 480,960") == [1, 240, 480, 960]
