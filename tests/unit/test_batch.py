@@ -1,0 +1,227 @@
+"""Inputs, endpoint choice, backoff, and the engine's retry/bounds logic.
+
+The engine tests use a tiny in-process aiohttp responder only to script failures a real
+server will not produce on demand (429, 503, dropped connections); the happy path against
+the real vLLM lives in tests/integration/test_batch.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import pytest
+from aiohttp import web
+
+from sparkops.batch.endpoints import EndpointPool, normalise_base
+from sparkops.batch.engine import Engine, EngineConfig
+from sparkops.batch.job import JobConfig, run_job
+from sparkops.batch.journal import RESULTS, Journal, iter_results
+from sparkops.batch.records import InputProblem, Record, detect_kind, read_records, scan_input
+from sparkops.batch.retry import backoff_delay, is_retryable
+from sparkops.errors import UserError
+from sparkops.pipeline.spec import parse_pipeline
+
+SPEC = parse_pipeline(
+    {
+        "name": "t",
+        "model": "m",
+        "steps": [
+            {
+                "name": "a",
+                "system": "S",
+                "user": "{text}",
+                "parse": {"choices": ["yes", "no"]},
+                "next": {"yes": "b", "no": "stop", "unclear": "stop"},
+            },
+            {"name": "b", "user": "{text}", "parse": {"choices": ["x"]}},
+        ],
+    }
+)
+
+
+def test_jsonl_reader_reports_bad_lines_with_numbers(tmp_path):
+    p = tmp_path / "in.jsonl"
+    p.write_text('{"id": 1, "text": "a"}\nnot json\n\n{"text": "no id"}\n[1]\n{"id": "x"}\n')
+    items = list(read_records(p, "jsonl"))
+    assert items[0] == Record("1", 1, {"id": 1, "text": "a"})
+    assert [(i.line, type(i).__name__) for i in items] == [
+        (1, "Record"),
+        (2, "InputProblem"),
+        (4, "InputProblem"),
+        (5, "InputProblem"),
+        (6, "Record"),
+    ]
+    assert "line 2: not valid JSON" in items[1].message
+    assert "line 4: no 'id'" in items[2].message
+
+
+def test_csv_reader_and_custom_id_field(tmp_path):
+    p = tmp_path / "in.csv"
+    p.write_text("key,text\nk1,hello\n,empty id\nk3,a,b\n")
+    items = list(read_records(p, "csv", "key"))
+    assert items[0] == Record("k1", 2, {"key": "k1", "text": "hello"})
+    assert isinstance(items[1], InputProblem) and "line 3" in items[1].message
+    assert isinstance(items[2], InputProblem) and items[2].id == "k3"
+    with pytest.raises(UserError, match="--id-field"):
+        list(read_records(p, "csv", "id"))
+
+
+def test_openai_batch_files_are_detected_and_checked(tmp_path):
+    p = tmp_path / "b.jsonl"
+    ok = {"custom_id": "c1", "method": "POST", "url": "/v1/chat/completions", "body": {"x": 1}}
+    bad = {**ok, "custom_id": "c2", "url": "/v1/embeddings"}
+    p.write_text(json.dumps(ok) + "\n" + json.dumps(bad) + "\n")
+    assert detect_kind(p) == "openai"
+    a, b = read_records(p, "openai")
+    assert (
+        a.id == "c1"
+        and isinstance(b, InputProblem)
+        and b.id == "c2"
+        and "not supported" in b.message
+    )
+
+
+def test_scan_finds_duplicates_and_fingerprints(tmp_path):
+    p = tmp_path / "in.jsonl"
+    p.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "a"}\n')
+    s = scan_input(p, "jsonl", "id")
+    assert s.total == 3 and s.duplicates == [("a", 3)]
+    p.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c"}\n')
+    assert scan_input(p, "jsonl", "id").fingerprint != s.fingerprint
+
+
+def test_duplicate_ids_refused_before_any_request(tmp_path):
+    p = tmp_path / "in.jsonl"
+    p.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
+    pipe = tmp_path / "p.yaml"
+    pipe.write_text(
+        "name: t\nmodel: m\nsteps:\n  - name: a\n    user: '{text}'\n    parse: {choices: [yes]}\n"
+    )
+    out = tmp_path / "job"
+    with pytest.raises(UserError, match=r"duplicate id.*'a' \(line 2\)"):
+        run_job(JobConfig(input=p, out=out, endpoints=["http://127.0.0.1:9"], pipeline=pipe))
+    assert not out.exists()
+
+
+def test_least_outstanding_and_dead_endpoints_benched():
+    pool = EndpointPool.from_urls(["http://a:1/v1/", "http://b:2"])
+    a, b = pool.endpoints
+    assert a.base == "http://a:1" and normalise_base("http://b:2/") == "http://b:2"
+    a.outstanding = 3
+    assert pool.pick(now=0) is b
+    b.outstanding = 5
+    assert pool.pick(now=0) is a
+    pool.mark_down(a, now=0)
+    assert pool.pick(now=0.1) is b
+    assert pool.pick(now=100) is a
+
+
+def test_backoff_has_jitter_and_a_cap():
+    assert backoff_delay(1, rng=lambda: 1.0) == 0.5
+    assert backoff_delay(10, rng=lambda: 1.0) == 20.0
+    assert backoff_delay(3, rng=lambda: 0.0) == 0.0
+    assert is_retryable(429) and is_retryable(503) and not is_retryable(400)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Responder:
+    """Scripted chat endpoint: per record text, a list of statuses to answer in turn."""
+
+    def __init__(self, script: dict[str, list[int]]):
+        self.script = {k: list(v) for k, v in script.items()}
+        self.calls: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        text = body["messages"][-1]["content"]
+        self.calls.append(text)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            plan = self.script.get(text)
+            status = plan.pop(0) if plan else 200
+            if status == 599:  # drop the connection
+                request.transport.close()
+                return web.Response(status=200)
+            if status != 200:
+                return web.json_response(
+                    {"error": {"message": f"scripted {status}"}}, status=status
+                )
+            return web.json_response(
+                {
+                    "id": "cmpl-1",
+                    "choices": [{"message": {"content": "Yes." if "go" in text else "no"}}],
+                    "usage": {
+                        "prompt_tokens": 10,
+                        "completion_tokens": 1,
+                        "prompt_tokens_details": {"cached_tokens": 4},
+                    },
+                }
+            )
+        finally:
+            self.in_flight -= 1
+
+
+async def run_engine(tmp_path, responder, records, concurrency=4, urls=None):
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", responder.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        journal = Journal(tmp_path, "id", fsync_interval=0)
+        journal.open()
+        pool = EndpointPool.from_urls(urls or [f"http://127.0.0.1:{port}"])
+        if urls:
+            pool.endpoints[-1].base = f"http://127.0.0.1:{port}"
+        engine = Engine(EngineConfig(concurrency=concurrency, retry_for=30), pool, journal, SPEC)
+        stats = await engine.run(iter(records))
+        journal.close()
+        return stats, {r["id"]: r for r in iter_results(tmp_path / RESULTS)}, pool
+    finally:
+        await runner.cleanup()
+
+
+def test_engine_retries_transient_errors_and_keeps_400_as_record_error(tmp_path, monkeypatch):
+    monkeypatch.setattr("sparkops.batch.engine.backoff_delay", lambda attempt: 0.01)
+    recs = [Record(f"r{i}", i, {"text": f"go {i}" if i % 2 else f"stop {i}"}) for i in range(1, 41)]
+    recs.append(Record("missing", 41, {"other": 1}))
+    script = {"go 1": [429, 503, 599], "stop 2": [400], "go 3": [500]}
+    responder = Responder(script)
+    stats, results, _ = asyncio.run(run_engine(tmp_path, responder, recs, concurrency=4))
+    assert len(results) == 41
+    assert results["r1"]["status"] == "done" and [s["step"] for s in results["r1"]["steps"]] == [
+        "a",
+        "b",
+    ]
+    assert results["r2"]["status"] == "error" and "HTTP 400" in results["r2"]["error"]
+    assert results["r4"]["final"] == "no" and len(results["r4"]["steps"]) == 1
+    assert results["r1"]["steps"][0]["cached_tokens"] == 4
+    assert results["missing"]["status"] == "error" and "line 41" in results["missing"]["error"]
+    assert stats.retries == 4
+    assert responder.max_in_flight <= 4
+    # 20 "go" records take 2 calls, 20 "stop" 1 call, plus 4 retried attempts
+    assert len(responder.calls) == 20 * 2 + 20 + 4
+
+
+def test_engine_spreads_over_endpoints_and_survives_a_dead_one(tmp_path, monkeypatch):
+    monkeypatch.setattr("sparkops.batch.engine.backoff_delay", lambda attempt: 0.01)
+    recs = [Record(f"r{i}", i, {"text": f"stop {i}"}) for i in range(30)]
+    dead = f"http://127.0.0.1:{free_port()}"
+    responder = Responder({})
+    _stats, results, pool = asyncio.run(
+        run_engine(tmp_path, responder, recs, concurrency=6, urls=[dead, "live"])
+    )
+    assert all(r["status"] == "done" for r in results.values()) and len(results) == 30
+    assert pool.endpoints[0].sent >= 1 and pool.endpoints[1].sent >= 30

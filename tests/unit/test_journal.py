@@ -1,0 +1,84 @@
+"""The job directory: torn-tail repair, resume by id, fingerprint refusal, private files."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from sparkops.batch.journal import RESULTS, Journal, Manifest, prepare_dir, repair_torn_tail
+from sparkops.errors import UserError
+
+
+def manifest(**kw):
+    base = dict(
+        pipeline_fingerprint="p1",
+        input_fingerprint="i1",
+        input="in.jsonl",
+        kind="jsonl",
+        id_field="id",
+        total=3,
+    )
+    return Manifest(**{**base, **kw})
+
+
+def line(rid, status="done"):
+    return {"id": rid, "status": status, "final": "yes", "steps": [], "error": None, "line": 1}
+
+
+def test_torn_last_line_is_cut_and_its_record_resent(tmp_path):
+    path = tmp_path / RESULTS
+    path.write_bytes(b'{"id":"a","status":"done"}\n{"id":"b","status":"do')
+    assert repair_torn_tail(path) == len(b'{"id":"b","status":"do')
+    assert path.read_bytes() == b'{"id":"a","status":"done"}\n'
+    assert repair_torn_tail(path) == 0
+    whole = tmp_path / "whole.jsonl"
+    whole.write_bytes(b'{"id":"only-partial"')
+    repair_torn_tail(whole)
+    assert whole.read_bytes() == b""
+
+
+def test_journal_resumes_with_finished_ids_and_counts(tmp_path):
+    assert prepare_dir(tmp_path / "job", manifest(), restart=False) is False
+    j = Journal(tmp_path / "job", "id", fsync_interval=0)
+    j.open()
+    j.append(line("a"))
+    j.append(line("b", "error"))
+    j.append({"id": None, "line": 7, "status": "error", "error": "line 7: not valid JSON"})
+    j.close()
+    with (tmp_path / "job" / RESULTS).open("ab") as fh:
+        fh.write(b'{"id":"c","sta')  # the client died mid-write
+    assert prepare_dir(tmp_path / "job", manifest(), restart=False) is True
+    j2 = Journal(tmp_path / "job", "id")
+    j2.open()
+    assert j2.done == {"a", "b", "\x00line:7"}
+    assert (j2.done_ok, j2.done_err) == (1, 2)
+    j2.close()
+    lines = (tmp_path / "job" / RESULTS).read_text().splitlines()
+    assert [json.loads(x)["id"] for x in lines] == ["a", "b", None]
+
+
+def test_files_are_private(tmp_path):
+    prepare_dir(tmp_path / "job", manifest(), restart=False)
+    j = Journal(tmp_path / "job", "id")
+    j.open()
+    j.close()
+    for name in ("manifest.json", RESULTS):
+        assert stat.S_IMODE((tmp_path / "job" / name).stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "job").stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("change", [{"pipeline_fingerprint": "p2"}, {"input_fingerprint": "i2"}])
+def test_changed_job_refuses_to_resume_unless_restart(tmp_path, change):
+    job = tmp_path / "job"
+    prepare_dir(job, manifest(), restart=False)
+    (job / RESULTS).write_text(json.dumps(line("a")) + "\n")
+    with pytest.raises(UserError, match="--restart"):
+        prepare_dir(job, manifest(**change), restart=False)
+    assert (job / RESULTS).exists()  # nothing touched
+    assert prepare_dir(job, manifest(**change), restart=True) is False
+    assert not (job / RESULTS).exists()
+    (backup,) = job.glob("previous-*")
+    assert json.loads((backup / RESULTS).read_text())["id"] == "a"  # kept, not deleted
+    assert json.loads((job / "manifest.json").read_text()) == manifest(**change).to_json()
