@@ -17,6 +17,7 @@ cache=${SPARKOPS_CACHE:-$here/.cache}
 compose_suite=trixie
 source_file=/etc/apt/sources.list.d/sparkops-$compose_suite.sources
 pin_file=/etc/apt/preferences.d/sparkops-$compose_suite
+codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release | tr -d '"')
 
 say() { echo "install-docker: $*"; }
 die() {
@@ -34,7 +35,7 @@ export DEBIAN_FRONTEND=noninteractive
 if command -v dockerd >/dev/null 2>&1; then
   say "engine present: $(dockerd --version)"
 else
-  say "no engine: installing docker.io from $(. /etc/os-release && echo "$VERSION_CODENAME")"
+  say "no engine: installing docker.io from $codename"
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends docker.io >/dev/null
   say "installed $(dockerd --version)"
@@ -46,8 +47,6 @@ have_compose_v2() { docker compose version --short 2>/dev/null | grep -q '^v\?2\
 # Print a deb822 source for $compose_suite built from the machine's own source for its release:
 # same URIs, components and Signed-By, only the suite replaced.
 derive_source() {
-  local codename
-  codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
   if [ -f /etc/apt/sources.list.d/debian.sources ]; then
     awk -v want="$codename" -v suite="$compose_suite" 'BEGIN { RS = ""; FS = "\n" }
       {

@@ -152,9 +152,21 @@ def start_host(arch: str, docker_inside: bool) -> Host:
         pytest.fail(f"Test-host image {image} is missing; {FIX_TESTBED}", pytrace=False)
     name = f"sparkops-test-{arch}-{secrets.token_hex(4)}"
     flags = [*SYSTEMD_FLAGS, *(DOCKER_FLAGS if docker_inside else ())]
+    # The label lets a person find hosts a killed session left behind (clean-up here is by id).
+    label = f"--label=org.sparkops.testbed={arch}"
     run = run_docker(
-        "run", "--detach", f"--name={name}", f"--hostname={name}", *flags, image, "/sbin/init"
+        "run",
+        "--detach",
+        f"--name={name}",
+        f"--hostname={name}",
+        label,
+        *flags,
+        image,
+        "/sbin/init",
+        check=False,
     )
+    if run.returncode:
+        pytest.fail(f"Cannot start {name} from {image}: {run.stderr.strip()}", pytrace=False)
     host = Host(name=name, id=run.stdout.strip(), arch=arch, docker=docker_inside)
     deadline = time.monotonic() + BOOT_TIMEOUT_S[arch]
     state = ""
