@@ -154,7 +154,14 @@ class Engine:
             if key in j.done:
                 self.stats.skipped += 1
                 return None
-            self._finish_error(item.id, item.line, item.message, [])
+            if self.pipeline is None:
+                self._finish_openai(
+                    RecordState(Record(item.id or "", item.line, {}), "request"),
+                    CallResult(400, None, item.message),
+                    custom_id=item.id,
+                )
+            else:
+                self._finish_error(item.id, item.line, item.message, [])
             return None
         if item.id in j.done:
             self.stats.skipped += 1
@@ -227,17 +234,20 @@ class Engine:
         )
         self.stats.errors += 1
 
-    def _finish_openai(self, state: RecordState, result: CallResult) -> None:
+    def _finish_openai(
+        self, state: RecordState, result: CallResult, custom_id: str | None = ""
+    ) -> None:
         ok = result.error is None
         out = {
             "id": f"batch_req_{state.record.line}_{int(time.time() * 1000)}",
-            "custom_id": state.record.id,
+            "custom_id": state.record.id if custom_id == "" else custom_id,
             "response": {
                 "status_code": result.status,
                 "request_id": result.request_id,
                 "body": result.body if ok else None,
             },
             "error": None if ok else {"code": str(result.status), "message": result.error},
+            "line": state.record.line,
             "t": round(time.time(), 3),
             "run": self.cfg.run,
         }
