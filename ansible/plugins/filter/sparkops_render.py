@@ -1,0 +1,73 @@
+"""Ansible filter `sparkops_render`: the deploy roles render through sparkops.render.
+
+    {{ hostvars | sparkops_render(groups, inventory_hostname, ansible_managed) }}
+
+returns {role, health_url, files: [{path, content, mode}]} for the host (role: single, replica,
+head, worker; files empty when the host serves nothing). It runs the same validation
+(profile rules, bind address, topology) and the same templates as `sparkops render`, so the
+CLI and Ansible cannot drift: nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from sparkops.errors import UserError
+    from sparkops.render import plan_stack, render_host
+    from sparkops.render.inventory import Inventory
+except ImportError:  # ansible from another environment: use the checkout's sources
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
+    from sparkops.errors import UserError
+    from sparkops.render import plan_stack, render_host
+    from sparkops.render.inventory import Inventory
+
+PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_")
+PLAIN = ("ansible_host",)
+
+
+def _plain(value):
+    """Ansible's lazy/tagged values -> plain Python data for pydantic."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _host_vars(hostvars, host: str) -> dict:
+    source = hostvars[host]
+    return {key: _plain(source[key]) for key in source if key.startswith(PREFIXES) or key in PLAIN}
+
+
+def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (sparkops)"):
+    """Render `host`'s serving files from every serving host's variables."""
+    hosts = list(groups.get("sparks") or groups.get("all") or [])
+    inventory = Inventory(
+        hosts=hosts,
+        hostvars={h: _host_vars(hostvars, h) for h in hosts},
+        groups={name: list(members) for name, members in groups.items()},
+    )
+    try:
+        stacks = plan_stack(inventory)
+    except UserError as err:
+        raise AnsibleFilterError(str(err)) from None
+    if host not in stacks:
+        return {"role": "none", "health_url": "", "files": []}
+    stack = stacks[host]
+    serving = stack.serving
+    return {
+        "role": stack.role,
+        "health_url": f"http://{serving.bind_address}:{serving.port}/health",
+        "files": [
+            {"path": f.path, "content": f.content, "mode": f"{f.mode:04o}"}
+            for f in render_host(stack, managed_header)
+        ],
+    }
+
+
+class FilterModule:
+    """Registers the filter."""
+
+    def filters(self):
+        return {"sparkops_render": sparkops_render}

