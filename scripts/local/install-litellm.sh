@@ -5,28 +5,28 @@
 #
 # Env:
 #   SPARKOPS_CACHE    cache folder (default: .cache next to the Makefile)
-#   LITELLM_VERSION   litellm release (default: the newest the package index offers at the
-#                     first install; pin it for reproducible deployments)
+#   LITELLM_VERSION   litellm release (default 1.108.7, the release the deploy tests ran)
 #   PYTHON            interpreter to build the venv from (default python3)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${SPARKOPS_CACHE:-$here/.cache}
 venv=$cache/venvs/litellm
 py=${PYTHON:-python3}
-spec="litellm[proxy]${LITELLM_VERSION:+==$LITELLM_VERSION}"
+version=${LITELLM_VERSION:-1.108.7}
+spec="litellm[proxy]==$version"
 
-if [ -x "$venv/bin/litellm" ] && "$venv/bin/python" - "${LITELLM_VERSION:-}" <<'PY' 2>/dev/null
+if [ -x "$venv/bin/litellm" ] && "$venv/bin/python" - "$version" <<'PY' 2>/dev/null
 import sys
 from importlib.metadata import version
-assert not sys.argv[1] or version("litellm") == sys.argv[1]
+assert version("litellm") == sys.argv[1]
 import litellm.proxy.proxy_server  # noqa: F401  (the proxy extra is present)
 PY
 then
-  echo "litellm: reusing $venv"
+  echo "litellm $version: reusing $venv"
   exit 0
 fi
 
-echo "litellm: creating $venv"
+echo "litellm $version: creating $venv"
 rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
 "$py" -m venv "$venv"

@@ -20,14 +20,16 @@ try:
     from sparkops.errors import UserError
     from sparkops.render import plan_stack, render_host
     from sparkops.render.inventory import Inventory
+    from sparkops.render.settings import serving_topology
 except ImportError:  # ansible from another environment: use the checkout's sources
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
     from sparkops.errors import UserError
     from sparkops.render import plan_stack, render_host
     from sparkops.render.inventory import Inventory
+    from sparkops.render.settings import serving_topology
 
 PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_")
-PLAIN = ("ansible_host",)
+PLAIN = ("ansible_host", "sparkops_topology")
 
 
 def _plain(value):
@@ -66,8 +68,18 @@ def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (
     }
 
 
+def sparkops_serving_topology(host_vars) -> str:
+    """single | data-parallel | pipeline-parallel for a host's variables (hostvars[host])."""
+    return serving_topology(
+        {k: host_vars[k] for k in ("vllm_serving_topology", "sparkops_topology") if k in host_vars}
+    )
+
+
 class FilterModule:
     """Registers the filter."""
 
     def filters(self):
-        return {"sparkops_render": sparkops_render}
+        return {
+            "sparkops_render": sparkops_render,
+            "sparkops_serving_topology": sparkops_serving_topology,
+        }

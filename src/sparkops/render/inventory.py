@@ -2,10 +2,11 @@
 
 Supports what the kit's inventories use: `hosts.yml` (or .yaml) in Ansible's YAML format,
 `group_vars/<group>.yml` or `group_vars/<group>/*.yml`, and the same under `host_vars/`.
-Precedence follows Ansible: `all` < parent groups < child groups < host vars < inline host
-vars. Strings holding `{{ ... }}` are resolved against the host's merged variables with
-Jinja2, so simple references such as `"{{ qsfp_network_address }}"` work in both tools.
-Vault-encrypted files are refused with a pointer to the fix.
+Precedence follows Ansible: `all` < parent groups < child groups (inline vars below each
+group's group_vars files) < inline host vars < host_vars files. Strings holding `{{ ... }}`
+are resolved against the host's merged variables with Jinja2, so simple references such as
+`"{{ qsfp_network_address }}"` work in both tools. Vault-encrypted files are refused with a
+pointer to the fix.
 """
 
 from __future__ import annotations
@@ -98,6 +99,22 @@ def _resolve(value: Any, context: dict[str, Any], env: jinja2.Environment) -> An
     return value
 
 
+RENDERED_PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_", "ansible_host")
+
+
+def _resolve_key(host: str, key: str, value: Any, context: dict, env: jinja2.Environment) -> Any:
+    """Resolve one variable; only the ones rendering reads must resolve (others may use
+    Ansible-only names such as ansible_playbook_python and are left as written)."""
+    try:
+        return _resolve(value, context, env)
+    except (jinja2.UndefinedError, jinja2.TemplateError) as err:
+        if key.startswith(RENDERED_PREFIXES):
+            raise UserError(
+                f"inventory host {host}: {key}: {err}. Define what it refers to in the inventory."
+            ) from None
+        return value
+
+
 def read_inventory(directory: str | Path) -> Inventory:
     """Parse an inventory directory into hosts and fully merged, resolved variables."""
     base = Path(directory)
@@ -121,19 +138,14 @@ def read_inventory(directory: str | Path) -> Inventory:
         groups = sorted(raw["__groups__"], key=lambda g: (g != "all", depth.get(g, 0)))
         merged: dict[str, Any] = {}
         for group in groups:
-            merged.update(_vars_from(base / "group_vars", group))
             merged.update(depth.get(f"__vars__{group}", {}))
-        merged.update(_vars_from(base / "host_vars", host))
+            merged.update(_vars_from(base / "group_vars", group))
         merged.update(raw["__inline__"])
+        merged.update(_vars_from(base / "host_vars", host))
         merged.setdefault("inventory_hostname", host)
         context = {**merged, "groups": inv.groups}
         for _ in range(5):  # references to references settle within a few passes
-            try:
-                resolved = {k: _resolve(v, context, env) for k, v in merged.items()}
-            except jinja2.UndefinedError as err:
-                raise UserError(
-                    f"inventory host {host}: {err}. Define the variable in the inventory."
-                ) from None
+            resolved = {k: _resolve_key(host, k, v, context, env) for k, v in merged.items()}
             if resolved == merged:
                 break
             merged, context = resolved, {**resolved, "groups": inv.groups}

@@ -23,7 +23,8 @@ class _Strict(BaseModel):
 class ServingVars(_Strict):
     """vllm_serving_*: what runs on every serving host."""
 
-    topology: Literal["single", "data-parallel", "pipeline-parallel"] = "single"
+    # None: follow the inventory's sparkops_topology (see TOPOLOGY_OF), else single.
+    topology: Literal["single", "data-parallel", "pipeline-parallel"] | None = None
     profile: str = "gb10-gemma4-12b-fp8"
     image: str = "sparkops/vllm:gb10"
     port: int = Field(default=8000, ge=1, le=65535)
@@ -40,6 +41,13 @@ class ServingVars(_Strict):
     start_period: int = Field(default=300, ge=0)
     gpus: bool = True
     extra_env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("model_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if value and not value.startswith("/"):
+            raise ValueError(f"'{value}' must be an absolute path (it is bind-mounted)")
+        return value
 
     @field_validator("bind_address")
     @classmethod
@@ -78,6 +86,25 @@ class RayVars(_Strict):
     num_cpus: int | None = Field(default=None, gt=0)
     object_store_bytes: int = Field(default=1073741824, gt=0)
     wait_timeout: int = Field(default=600, gt=0)
+
+
+# The provisioning side names each example inventory's shape in `sparkops_topology`; the
+# serving topology follows from it unless vllm_serving_topology says otherwise.
+TOPOLOGY_OF = {
+    "single": "single",
+    "wsl2": "single",
+    "local": "single",
+    "pair-dp": "data-parallel",
+    "pair-pp": "pipeline-parallel",
+}
+
+
+def serving_topology(hostvars: dict) -> str:
+    """vllm_serving_topology if set, else the one sparkops_topology implies, else single."""
+    explicit = hostvars.get("vllm_serving_topology")
+    if explicit:
+        return str(explicit)
+    return TOPOLOGY_OF.get(str(hostvars.get("sparkops_topology", "single")), "single")
 
 
 PREFIXES = {"vllm_serving_": ServingVars, "litellm_router_": RouterVars, "ray_cluster_": RayVars}

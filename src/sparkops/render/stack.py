@@ -18,7 +18,13 @@ from sparkops.errors import UserError
 from sparkops.profiles import DeployFacts, Profile, check_profile, load_profile
 from sparkops.render.command import native_parallel_flags, ray_parallel_flags, serve_command
 from sparkops.render.inventory import Inventory
-from sparkops.render.settings import RayVars, RouterVars, ServingVars, split_prefixed
+from sparkops.render.settings import (
+    RayVars,
+    RouterVars,
+    ServingVars,
+    serving_topology,
+    split_prefixed,
+)
 
 # Privacy by default: no usage reports from vLLM, Hugging Face or Ray.
 TELEMETRY_OFF = {
@@ -146,9 +152,14 @@ def plan_stack(
     hosts = serving_hosts(inv)
     parsed = {h: split_prefixed(h, inv.hostvars[h]) for h in hosts}
     first: ServingVars = parsed[hosts[0]]["vllm_serving_"]  # type: ignore[assignment]
-    topology = first.topology
+    topology = serving_topology(inv.hostvars[hosts[0]])
     profile = profile or load_profile(first.profile)
     want = 1 if topology == "single" else 2
+    if topology not in ("single", "data-parallel", "pipeline-parallel"):
+        raise UserError(
+            f"vllm_serving_topology '{topology}' is unknown: use single, data-parallel or "
+            "pipeline-parallel"
+        )
     if len(hosts) != want:
         raise UserError(
             f"topology {topology} needs {want} serving host(s), the inventory has {len(hosts)} "
