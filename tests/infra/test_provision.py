@@ -1,0 +1,271 @@
+"""provision.yml on a real systemd Debian amd64 host with its own Docker engine.
+
+One host goes through what a user does: a check-mode run on the fresh host (nothing may
+change; the NVIDIA apt repository branch is taken because nvidia-ctk is absent, and its
+rendered source is read from the diff), a first converge with the nvidia-ctk fixture present,
+and a second converge that must change nothing. testinfra (docker backend) then checks what
+the roles left behind. GPU tools come from tests/fixtures/bin (fixtures, see its README).
+
+Deliberate limits here: Debian 12 has no compose v2 package, so container_runtime_compose_required
+is false; x86_64 is not a Spark, so spark_preflight_arch_mismatch is warn; no QSFP link exists.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.plugins.hosts import Host, run_docker
+
+# Three playbook runs happen in the first test's setup: allow for a loaded 2-core machine.
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = REPO / "ansible" / "playbooks" / "provision.yml"
+FIXTURES = REPO / "tests" / "fixtures" / "bin"
+JOB_USER = "researcher"
+RECAP = re.compile(
+    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
+)
+
+# The settings a Debian amd64 test host needs; everything else is the roles' defaults.
+TEST_VARS = {
+    "sparkops_topology": "single",
+    "spark_preflight_arch_mismatch": "warn",
+    "spark_preflight_min_disk_gb": 1,
+    "container_runtime_compose_required": False,
+    "container_runtime_docker_users": [JOB_USER],
+    "host_tuning_job_users": [JOB_USER],
+    "host_tuning_earlyoom_enabled": True,
+}
+
+
+@dataclass
+class Run:
+    """One ansible-playbook run: exit code, full output, recap of the host, seconds taken."""
+
+    rc: int
+    output: str
+    changed: int
+    failed: int
+    seconds: float
+
+
+def write_inventory(directory: Path, host: Host, extra: dict | None = None) -> Path:
+    """An inventory in the shape of inventory/single/, pointing at the test host."""
+    directory.mkdir(parents=True, exist_ok=True)
+    hosts = {"all": {"children": {"sparks": {"hosts": {host.name: host.ansible_vars}}}}}
+    (directory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    group_vars = directory / "group_vars" / "all"
+    group_vars.mkdir(parents=True, exist_ok=True)
+    (group_vars / "test.yml").write_text(yaml.safe_dump({**TEST_VARS, **(extra or {})}))
+    return directory
+
+
+def playbook(inventory: Path, host: Host, *args: str) -> Run:
+    """Run provision.yml the way the README says, with the kit's ansible.cfg."""
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    venv_bin = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+    command = [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), *args]
+    start = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200)
+    seconds = time.monotonic() - start
+    output = result.stdout + result.stderr
+    recap = {m.group(1): m for m in RECAP.finditer(output)}
+    line = recap.get(host.name)
+    changed = int(line.group(3)) if line else -1
+    failed = int(line.group(5)) if line else -1
+    return Run(result.returncode, output, changed, failed, seconds)
+
+
+def put_fixture(host: Host, name: str) -> None:
+    """Install one GPU tool fixture on the host's PATH."""
+    run_docker("cp", str(FIXTURES / name), f"{host.id}:/usr/local/bin/{name}")
+
+
+def set_gpu_state(host: Host, state: str) -> None:
+    """Choose what the nvidia-smi fixture reports: idle, load or stuck."""
+    host.exec(
+        f"mkdir -p /etc/sparkops-fixture && echo {state} > /etc/sparkops-fixture/gpu-state",
+        check=True,
+    )
+
+
+@dataclass
+class Converged:
+    """The amd64 host after check mode, first and second converge."""
+
+    host: Host
+    inventory: Path
+    check: Run
+    first: Run
+    second: Run
+
+
+@pytest.fixture(scope="module")
+def converged(
+    systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
+) -> Converged:
+    host = systemd_host(arch="amd64", docker=True)
+    host.exec(["useradd", "--create-home", JOB_USER], check=True)
+    put_fixture(host, "nvidia-smi")
+    set_gpu_state(host, "load")
+    inventory = write_inventory(tmp_path_factory.mktemp("inventory"), host)
+
+    check = playbook(inventory, host, "--check", "--diff")
+    assert check.rc == 0, check.output[-4000:]
+    # Check mode on the fresh host must leave it as it was.
+    untouched = host.exec(
+        "ls /etc/docker /usr/local/bin/sparkops-run /etc/sudoers.d/sparkops-drop-caches"
+        " 2>&1; command -v dockerd || true"
+    ).stdout
+    assert untouched.count("No such file") == 3 and "dockerd" not in untouched, untouched
+
+    put_fixture(host, "nvidia-ctk")
+    first = playbook(inventory, host)
+    assert first.rc == 0, first.output[-4000:]
+    second = playbook(inventory, host)
+    print(
+        f"\nprovision amd64: check {check.seconds:.0f} s, first converge {first.seconds:.0f} s,"
+        f" second converge {second.seconds:.0f} s"
+    )
+    return Converged(host, inventory, check, first, second)
+
+
+def test_first_converge_changes_the_fresh_host(converged: Converged) -> None:
+    assert converged.first.failed == 0
+    assert converged.first.changed >= 10
+    assert "GPU NVIDIA GB10, driver 580.95.05, CUDA 13.0" in converged.first.output
+
+
+def test_second_converge_changes_nothing(converged: Converged) -> None:
+    assert converged.second.rc == 0, converged.second.output[-4000:]
+    assert (converged.second.changed, converged.second.failed) == (0, 0), converged.second.output
+
+
+def test_check_mode_takes_the_nvidia_repository_branch_for_the_host_arch(
+    converged: Converged,
+) -> None:
+    """Without nvidia-ctk the role adds NVIDIA's repository; check mode shows what it writes."""
+    out = converged.check.output
+    assert "Add NVIDIA's container toolkit repository for this architecture" in out
+    assert "+URIs: https://nvidia.github.io/libnvidia-container/stable/deb/amd64" in out
+    assert "+Signed-By: /etc/apt/keyrings/nvidia-container-toolkit.asc" in out
+    # The converge itself used the fixture instead and never wrote that source.
+    assert not converged.host.testinfra.file(
+        "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
+    ).exists
+
+
+def test_docker_runs_with_the_nvidia_runtime(converged: Converged) -> None:
+    ti = converged.host.testinfra
+    daemon = ti.file("/etc/docker/daemon.json")
+    assert daemon.exists and daemon.mode == 0o644
+    assert '"path": "nvidia-container-runtime"' in daemon.content_string
+    assert ti.service("docker").is_running and ti.service("docker").is_enabled
+    runtimes = ti.check_output("docker info --format '{{json .Runtimes}}'")
+    assert '"nvidia"' in runtimes
+    assert "docker" in ti.user(JOB_USER).groups
+
+
+def test_pulls_name_the_platform(converged: Converged) -> None:
+    profile = converged.host.testinfra.file("/etc/profile.d/sparkops-docker-platform.sh")
+    assert "export DOCKER_DEFAULT_PLATFORM=linux/amd64" in profile.content_string
+    assert profile.content_string.startswith("#")  # the ansible_managed header
+
+
+def test_drop_caches_helper_and_narrow_sudoers_rule(converged: Converged) -> None:
+    ti = converged.host.testinfra
+    helper = ti.file("/usr/local/sbin/sparkops-drop-caches")
+    assert helper.mode == 0o755 and helper.user == "root"
+    assert "echo 3 > /proc/sys/vm/drop_caches" in helper.content_string
+    rule = ti.file("/etc/sudoers.d/sparkops-drop-caches")
+    assert rule.mode == 0o440 and rule.user == "root"
+    assert ti.run("visudo -c").rc == 0
+    allowed = ti.check_output(f"sudo -l -U {JOB_USER}")
+    assert 'NOPASSWD: /usr/local/sbin/sparkops-drop-caches ""' in allowed
+    assert "(ALL" not in allowed  # nothing broader than the one helper
+    # Root-only helper refuses an ordinary user without sudo.
+    assert ti.run(f"su {JOB_USER} -c /usr/local/sbin/sparkops-drop-caches").rc == 1
+    assert ti.file(f"/var/lib/systemd/linger/{JOB_USER}").exists
+
+
+def test_job_wrapper_starts_a_transient_unit_with_journal_and_memory_limit(
+    converged: Converged,
+) -> None:
+    ti = converged.host.testinfra
+    started = ti.run(
+        "sparkops-run --name probe --memory-max 256M -- sh -c 'echo job-output-marker; sleep 60'"
+    )
+    assert started.rc == 0, started.stderr
+    assert "started sparkops-job-probe.service" in started.stdout
+    unit = "sparkops-job-probe.service"
+    try:
+        props = ti.check_output(f"systemctl show -p ActiveState -p MemoryMax {unit}")
+        assert "ActiveState=active" in props and "MemoryMax=268435456" in props
+        for _ in range(20):
+            journal = ti.run(f"journalctl -u {unit} --no-pager -o cat").stdout
+            if "job-output-marker" in journal:
+                break
+            time.sleep(0.5)
+        assert "job-output-marker" in journal
+    finally:
+        ti.run(f"systemctl stop {unit}")
+    bad = ti.run("sparkops-run --name 'bad name' -- true")
+    assert bad.rc == 2 and "may hold only letters" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("state", "rc", "words"),
+    [
+        ("load", 0, "GPU power state ok: 2405 MHz"),
+        ("stuck", 2, "stuck in its low-power state: 1005 MHz and 22.1 W"),
+        ("idle", 3, "utilisation stayed below 80%"),
+    ],
+)
+def test_gpu_check_flags_the_stuck_low_power_state(
+    converged: Converged, state: str, rc: int, words: str
+) -> None:
+    host = converged.host
+    set_gpu_state(host, state)
+    try:
+        result = host.exec(["sparkops-gpu-check", "--samples", "2", "--interval", "0.1"])
+    finally:
+        set_gpu_state(host, "load")
+    assert result.returncode == rc, result.stdout + result.stderr
+    assert words in result.stdout
+    if state == "stuck":
+        assert "charger at both ends" in result.stdout
+
+
+def test_earlyoom_runs_with_the_configured_arguments(converged: Converged) -> None:
+    ti = converged.host.testinfra
+    assert ti.service("earlyoom").is_running
+    assert 'EARLYOOM_ARGS="-m 2 -s 80' in ti.file("/etc/default/earlyoom").content_string
+
+
+def test_unfit_host_stops_in_preflight_before_any_change(converged: Converged) -> None:
+    """A Spark-only setting on an x86 host fails in preflight, naming the host and the fix."""
+    inventory = write_inventory(
+        converged.inventory.parent / "strict",
+        converged.host,
+        {"spark_preflight_arch_mismatch": "fail"},
+    )
+    run = playbook(inventory, converged.host)
+    assert run.rc != 0 and run.changed == 0
+    assert f"{converged.host.name} is x86_64, not aarch64" in run.output
+    assert "spark_preflight_arch_mismatch: warn" in run.output
+    assert "container_runtime :" not in run.output  # no later role ran
