@@ -184,6 +184,7 @@ def test_data_parallel_pair_behind_litellm(tmp_path, procs):
         vllm_serving_model_dir=str(model),
         vllm_serving_gpus=False,
         vllm_serving_bind_address="127.0.0.1",
+        litellm_router_health_check_interval=5,
     )
     # Both "Sparks" are this machine: distinct ports, and half the cores each.
     for i, (host, bind) in enumerate(zip(("spark-1", "spark-2"), half_the_cores(), strict=True)):
@@ -214,6 +215,7 @@ def test_data_parallel_pair_behind_litellm(tmp_path, procs):
     assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
 
     backends[1].stop()
+    time.sleep(12)  # two background health-check intervals: the router notices the loss
     for _ in range(8):
         assert chat(router.url, "tiny", key)["choices"]
     assert fetch_metrics(backends[0].url).prompt_tokens > after[0]
