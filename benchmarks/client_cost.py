@@ -1,0 +1,150 @@
+"""Client cost: CPU microseconds per request at 1,000 in flight, sparkops vs a plain aiohttp loop.
+
+Same run, same targets, same payloads: (1) a minimal local responder (client cost alone),
+(2) a real vLLM server if `--vllm URL` is given. The sparkops figure is the whole job
+(`run_job`: input scan, journal with fsync, /metrics sampler, routing), the plain loop only
+posts and decodes. Target: ratio <= 1.2.
+
+    .venv/bin/python benchmarks/client_cost.py [--requests 20000] [--vllm http://127.0.0.1:8000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+
+from sparkops.batch import JobConfig, run_job_async
+
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_inputs(tmp: Path, n: int, model: str) -> tuple[Path, Path]:
+    pipeline = tmp / "p.yaml"
+    pipeline.write_text(
+        f"name: bench\nmodel: {model}\nsteps:\n  - name: s\n    system: 'Answer yes or no.'\n"
+        "    user: 'Note: {text}'\n    max_tokens: 1\n    parse: {choices: [yes, no]}\n"
+    )
+    records = tmp / "in.jsonl"
+    with records.open("w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"id": f"r{i}", "text": f"record number {i}"}) + "\n")
+    return pipeline, records
+
+
+def body(i: int, model: str) -> bytes:
+    return json.dumps(
+        {
+            "model": model,
+            "messages": [
+                {"role": "system", "content": "Answer yes or no."},
+                {"role": "user", "content": f"Note: record number {i}"},
+            ],
+            "max_tokens": 1,
+            "temperature": 0,
+        }
+    ).encode()
+
+
+async def plain_loop(base: str, n: int, concurrency: int, model: str) -> float:
+    """The reference: semaphore + one pooled aiohttp session, nothing else."""
+    sem = asyncio.Semaphore(concurrency)
+    conn = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def one(i: int) -> None:
+            async with (
+                sem,
+                session.post(
+                    base + "/v1/chat/completions",
+                    data=body(i, model),
+                    headers={"Content-Type": "application/json"},
+                ) as resp,
+            ):
+                json.loads(await resp.read())
+
+        t0 = time.process_time()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        return (time.process_time() - t0) / n * 1e6
+
+
+async def sparkops_job(base: str, n: int, concurrency: int, model: str, tmp: Path) -> float:
+    pipeline, records = write_inputs(tmp, n, model)
+    cfg = JobConfig(
+        input=records,
+        out=tmp / f"job-{time.time_ns()}",
+        endpoints=[base],
+        pipeline=pipeline,
+        concurrency=concurrency,
+        progress=False,
+    )
+    t0 = time.process_time()
+    summary = await run_job_async(cfg)
+    assert summary.done == n, summary
+    return (time.process_time() - t0) / n * 1e6
+
+
+def measure(name: str, base: str, n: int, concurrency: int, model: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = asyncio.run(plain_loop(base, n, concurrency, model))
+        ours = asyncio.run(sparkops_job(base, n, concurrency, model, Path(tmp)))
+    row = {
+        "target": name,
+        "requests": n,
+        "in_flight": concurrency,
+        "plain_us": round(plain),
+        "sparkops_us": round(ours),
+        "ratio": round(ours / plain, 2),
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def served_model(base: str) -> str:
+    with urllib.request.urlopen(base + "/v1/models", timeout=10) as resp:
+        return json.load(resp)["data"][0]["id"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--vllm-requests", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, default=1000)
+    ap.add_argument("--vllm", help="base URL of a running vLLM server")
+    args = ap.parse_args()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "client_responder.py"), str(port)])
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/v1/models", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        measure("local responder", base, args.requests, args.concurrency, "tiny")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    if args.vllm:
+        base = args.vllm.rstrip("/").removesuffix("/v1")
+        measure("vLLM-CPU (tiny)", base, args.vllm_requests, args.concurrency, served_model(base))
+
+
+if __name__ == "__main__":
+    main()

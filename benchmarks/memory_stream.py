@@ -1,0 +1,89 @@
+"""Memory: a 500,000-record job streams with a flat footprint (target: peak RSS < 300 MB).
+
+Generates the input (about 200 bytes of made-up text per record), runs the whole job through
+`run_job` at 1,000 in flight against the minimal local responder, and reports the client's
+peak RSS (ru_maxrss) next to its RSS before the job.
+
+    .venv/bin/python benchmarks/memory_stream.py [--records 500000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from client_cost import HERE, free_port, write_inputs
+
+from sparkops.batch import JobConfig, run_job
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=500_000)
+    ap.add_argument("--concurrency", type=int, default=1000)
+    args = ap.parse_args()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "client_responder.py"), str(port)])
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/v1/models", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        with tempfile.TemporaryDirectory() as tmp:
+            pipeline, records = write_inputs(Path(tmp), 0, "tiny")
+            filler = "made-up triage text " * 10
+            with records.open("w") as fh:
+                for i in range(args.records):
+                    fh.write(json.dumps({"id": f"r{i:07d}", "text": f"{i} {filler}"}) + "\n")
+            size_mb = records.stat().st_size / 2**20
+            before = rss_mb()
+            t0 = time.monotonic()
+            summary = run_job(
+                JobConfig(
+                    input=records,
+                    out=Path(tmp) / "job",
+                    endpoints=[base],
+                    pipeline=pipeline,
+                    concurrency=args.concurrency,
+                    progress=False,
+                )
+            )
+            elapsed = time.monotonic() - t0
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(
+            json.dumps(
+                {
+                    "records": args.records,
+                    "input_mb": round(size_mb, 1),
+                    "done": summary.done,
+                    "rss_before_mb": round(before, 1),
+                    "peak_rss_mb": round(peak, 1),
+                    "elapsed_s": round(elapsed, 1),
+                }
+            )
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
