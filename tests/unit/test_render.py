@@ -251,3 +251,25 @@ def test_cli_render(tmp_path, capsys):
     )
     assert args.func(args) == 0
     assert "spark-1/compose.yml" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["single", "wsl2", "pair-dp", "pair-pp", "local"])
+def test_the_example_inventories_render(tmp_path, monkeypatch, name):
+    """The repository's own inventories (provisioning's hosts.yml + our serving vars)."""
+    monkeypatch.setenv("SPARKOPS_CACHE", str(tmp_path / "cache"))
+    repo = Path(__file__).resolve().parents[2]
+    rendered = render_inventory(repo / "inventory" / name, tmp_path / "out")
+    roles = {"pair-dp": 2, "pair-pp": 2}.get(name, 1)
+    assert len(rendered) == roles
+    first = next(iter(rendered))
+    compose = _compose(tmp_path / "out", first)
+    if name == "pair-pp":
+        env = compose["services"]["vllm"]["environment"]
+        assert env["VLLM_HOST_IP"] == env["MASTER_ADDR"]
+        assert env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1"
+    if name == "pair-dp":
+        assert "router" in compose["services"]
+    if name == "local":
+        assert compose["services"]["vllm"]["command"][0] == str(
+            tmp_path / "cache" / "models" / "tiny"
+        )
