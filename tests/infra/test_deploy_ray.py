@@ -94,33 +94,37 @@ def start_rendered(cid: str, folder: Path, detach: bool) -> subprocess.Completed
     )  # fmt: skip
 
 
+def head_log(cid: str) -> str:
+    return docker("exec", cid, "cat", "/tmp/ray-start.log", check=False).stdout
+
+
 def test_two_node_ray_cluster_forms_from_rendered_scripts(tmp_path, two_nodes):
     (head, head_ip), (worker, worker_ip) = two_nodes
     inventory = make_inventory(tmp_path / "inv", "pipeline-ray", ray_cluster_num_cpus=1)
     for host, address in (("spark-1", head_ip), ("spark-2", worker_ip)):
         (inventory / "host_vars" / host).mkdir(parents=True)
         (inventory / "host_vars" / host / "ray.yml").write_text(
-            yaml.safe_dump({"ray_cluster_address": address, "ray_cluster_wait_timeout": 240})
+            yaml.safe_dump({"ray_cluster_address": address, "ray_cluster_wait_timeout": 280})
         )
     out = tmp_path / "out"
     render_inventory(inventory, out)
 
     start_rendered(head, out / "spark-1", detach=True)
-    deadline = time.monotonic() + 180
-    while docker("exec", head, "ray", "status", check=False, timeout=60).returncode != 0:
-        assert time.monotonic() < deadline, docker("exec", head, "cat", "/tmp/ray-start.log").stdout
+    deadline = time.monotonic() + 300
+    while "Ray runtime started" not in (log := head_log(head)):
+        assert time.monotonic() < deadline, log
         time.sleep(3)
     start_rendered(worker, out / "spark-2", detach=True)
 
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 300
     while True:
-        log = docker("exec", head, "cat", "/tmp/ray-start.log", check=False).stdout
+        log = head_log(head)
         if "ray head: 2 nodes up" in log:
             break
         assert "did not join" not in log, log
         assert time.monotonic() < deadline, log
         time.sleep(3)
-    status = docker("exec", head, "ray", "status", timeout=60).stdout
+    status = docker("exec", head, "ray", "status", timeout=300).stdout
     active = status.split("Active:")[1].split("Pending:")[0]
     assert active.count("node_") == 2, status
     worker_log = docker("exec", worker, "cat", "/tmp/ray-start.log").stdout

@@ -41,6 +41,10 @@ class ServingVars(_Strict):
     start_period: int = Field(default=300, ge=0)
     gpus: bool = True
     extra_env: dict[str, str] = Field(default_factory=dict)
+    # Further read-only bind mounts, host path = container path (e.g. a local vLLM build).
+    extra_volumes: list[str] = Field(default_factory=list)
+    # Compose project name (containers are <project>-vllm-1, <project>-router-1).
+    project: str = Field(default="sparkops", pattern=r"^[a-z0-9][a-z0-9_-]*$")
 
     @field_validator("model_dir")
     @classmethod
@@ -48,6 +52,14 @@ class ServingVars(_Strict):
         if value and not value.startswith("/"):
             raise ValueError(f"'{value}' must be an absolute path (it is bind-mounted)")
         return value
+
+    @field_validator("extra_volumes")
+    @classmethod
+    def _absolute_all(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not value.startswith("/") or ":" in value:
+                raise ValueError(f"'{value}' must be an absolute path without ':' options")
+        return values
 
     @field_validator("bind_address")
     @classmethod

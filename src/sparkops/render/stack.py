@@ -116,6 +116,7 @@ def _vllm_service(
         "gpus": serving.gpus and profile.platform == "gb10",
         "hf_cache": serving.hf_cache,
         "model_dir": serving.model_dir,
+        "extra_volumes": serving.extra_volumes,
         "health_url": f"http://{probe_host}:{serving.port}/health",
         "start_period": serving.start_period,
         "rdma": False,

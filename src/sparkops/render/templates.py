@@ -77,7 +77,6 @@ def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[Rend
     env = _environment()
     context = {
         "managed_header": managed_header,
-        "project": "sparkops",
         "stack": stack,
         "v": stack.vllm,
         "r": stack.router,
