@@ -3,11 +3,13 @@ and the tiny-model generator."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -16,7 +18,14 @@ import pytest
 
 from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
-from sparkops.local.server import Server, free_ports, is_healthy, proc_start_ticks
+from sparkops.local.server import (
+    Server,
+    group_alive,
+    free_ports,
+    is_healthy,
+    proc_start_ticks,
+    stop_server,
+)
 from sparkops.metrics.scrape import fetch_metrics
 
 pytestmark = pytest.mark.integration
@@ -147,3 +156,37 @@ def test_tiny_model_generation_is_idempotent_and_deterministic(fresh_cache: dict
     assert config["max_position_embeddings"] >= 4096
     # Same seed, same corpus: byte-identical to the model the shared server was built from.
     assert _digest(first) == _digest(ensure_tiny_model())
+
+
+def _sleeper_group(script: str) -> tuple[subprocess.Popen, Server]:
+    """A process group led by `sh -c script`, recorded like a server (no vLLM needed)."""
+    proc = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    ticks = proc_start_ticks(proc.pid)
+    assert ticks is not None
+    return proc, Server(pid=proc.pid, port=1, start_ticks=ticks, started_at=0.0, log_path="")
+
+
+def test_stop_never_signals_a_process_that_is_not_the_recorded_server() -> None:
+    proc, recorded = _sleeper_group("exec sleep 300")
+    try:
+        # Same pid, but not a vLLM server (and, below, not the same start time): left alone.
+        assert stop_server(recorded, timeout=2) is False
+        recycled = dataclasses.replace(recorded, start_ticks=recorded.start_ticks - 1)
+        assert stop_server(recycled, timeout=2) is False
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_stop_takes_down_engine_processes_left_by_a_dead_server() -> None:
+    # The leader exits at once, leaving a child in its group, as a crashed API server leaves
+    # its engine core behind.
+    proc, recorded = _sleeper_group("sleep 300 & sleep 1")
+    proc.wait()
+    assert group_alive(recorded.pid)
+    assert stop_server(recorded, timeout=5) is True
+    deadline = time.monotonic() + 10
+    while group_alive(recorded.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not group_alive(recorded.pid)

@@ -30,6 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache per server, GiB")
     up.add_argument("--max-num-seqs", type=int, default=None, help="vLLM --max-num-seqs")
     up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for /health")
+    up.add_argument(
+        "--compile",
+        action="store_true",
+        help="let vLLM torch.compile the model (slower start-up; default: eager)",
+    )
     up.set_defaults(func=cmd_up)
 
     down = commands.add_parser("down", help="stop the servers `local up` started")
@@ -64,6 +69,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             kv_cache_gib=args.kv_cache_gib,
             max_num_seqs=args.max_num_seqs,
             timeout=args.timeout,
+            eager=not args.compile,
         )
         state.save(servers)
     for server in servers:
