@@ -20,8 +20,8 @@ from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import (
     Server,
-    group_alive,
     free_ports,
+    group_alive,
     is_healthy,
     proc_start_ticks,
     stop_server,
