@@ -11,6 +11,7 @@ executor.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -42,7 +43,12 @@ HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 @pytest.fixture(scope="module")
 def ray_image(docker_engine, tmp_path_factory) -> str:
-    """The Ray node image, built once (about 2 min; reused while the engine keeps it)."""
+    """The Ray node image: built once, then kept as a tarball under $SPARKOPS_CACHE/images."""
+    cached = (
+        Path(os.environ.get("SPARKOPS_CACHE", REPO / ".cache")) / "images" / "ray-cpu-2.60.0.tar"
+    )
+    if docker("image", "inspect", IMAGE, check=False).returncode != 0 and cached.is_file():
+        docker("load", "-i", str(cached), timeout=600)
     if docker("image", "inspect", IMAGE, check=False).returncode != 0:
         context = tmp_path_factory.mktemp("ray-cpu-build")
         shutil.copy(REPO / "docker" / "ray-cpu" / "Dockerfile", context / "Dockerfile")
@@ -53,6 +59,8 @@ def ray_image(docker_engine, tmp_path_factory) -> str:
             timeout=900, check=False,
         )  # fmt: skip
         assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+        cached.parent.mkdir(parents=True, exist_ok=True)  # CI caches $SPARKOPS_CACHE
+        docker("save", "-o", str(cached), IMAGE, timeout=600)
     return IMAGE
 
 

@@ -137,6 +137,7 @@ def _ray_env(ray: RayVars, own_address: str, head_address: str) -> dict[str, str
         "NCCL_IB_HCA": ray.ib_hca,
         "NCCL_IB_DISABLE": "0",
         "RAY_memory_monitor_refresh_ms": "0",
+        "RAY_num_prestart_python_workers": "0",
         "VLLM_ENGINE_READY_TIMEOUT_S": "3600",
     }
 
