@@ -135,3 +135,18 @@ def test_report_files_from_a_job_directory(tmp_path):
         assert stat.S_IMODE((job / name).stat().st_mode) == 0o600
     assert (job / "throughput.png").read_bytes()[:4] == b"\x89PNG"
     assert "| Prefix cache hit rate | 75.0% |" in (job / "report.md").read_text()
+
+
+def test_live_hit_rate_is_a_running_sum_over_backends():
+    from sparkops.metrics.timeline import LiveHitRate
+
+    live = LiveHitRate()
+    live.add("a", {"prefix_cache_queries": 100, "prefix_cache_hits": 50})
+    live.add("b", {})  # a failed scrape is ignored
+    assert live.rate is None
+    live.add("a", {"prefix_cache_queries": 1100, "prefix_cache_hits": 950})
+    live.add("b", {"prefix_cache_queries": 0, "prefix_cache_hits": 0})
+    live.add("b", {"prefix_cache_queries": 1000, "prefix_cache_hits": 800})
+    assert live.rate == pytest.approx(1700 / 2000)
+    live.add("a", {"prefix_cache_queries": 10, "prefix_cache_hits": 10})  # a restart
+    assert live.rate == pytest.approx(1710 / 2010)

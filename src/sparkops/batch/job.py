@@ -35,7 +35,7 @@ from sparkops.batch.policy import POLICIES
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.records import detect_kind, read_records, scan_input
 from sparkops.errors import UserError
-from sparkops.metrics.timeline import hit_rate
+from sparkops.metrics.timeline import LiveHitRate
 from sparkops.pipeline.check import analyse_step, probe_records
 from sparkops.pipeline.prompt import build_messages
 from sparkops.pipeline.spec import PipelineSpec, load_pipeline
@@ -164,9 +164,10 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
             default_model,
         )
         t0 = time.monotonic()
+        live = LiveHitRate()
         view = ProgressView(engine.stats, scan.total, already, enabled=cfg.progress)
         sampler = asyncio.create_task(
-            _sample_loop(side, pool, headers, cfg, run, engine.stats, view)
+            _sample_loop(side, pool, headers, cfg, run, engine.stats, view, live)
         )
         try:
             with view:
@@ -175,7 +176,7 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
-            await _sample_once(side, pool, headers, cfg, run, engine.stats)
+            await _sample_once(side, pool, headers, cfg, run, engine.stats, live)
             journal.close()
             append_json(cfg.out / RUNS, {"event": "end", "run": run, "t": time.time()})
     elapsed = time.monotonic() - t0
@@ -242,7 +243,10 @@ async def _preflight(
     return default_model, {"block_size": bs, "steps": steps}
 
 
-async def _sample_once(side, pool, headers, cfg: JobConfig, run: int, stats: Stats) -> None:
+async def _sample_once(
+    side, pool, headers, cfg: JobConfig, run: int, stats: Stats, live: LiveHitRate
+) -> None:
+    """One /metrics sample of every backend, appended to timeline.jsonl."""
     now = time.time()
     for ep in pool.endpoints:
         text = await server.get_text(side, ep.metrics_url, headers)
@@ -258,32 +262,26 @@ async def _sample_once(side, pool, headers, cfg: JobConfig, run: int, stats: Sta
                 "in_flight": stats.in_flight,
             },
         )
+        live.add(ep.base, values)
+    stats.hit_rate = live.rate
 
 
 async def _sample_loop(
-    side, pool, headers, cfg: JobConfig, run: int, stats: Stats, view: ProgressView
+    side,
+    pool,
+    headers,
+    cfg: JobConfig,
+    run: int,
+    stats: Stats,
+    view: ProgressView,
+    live: LiveHitRate,
 ) -> None:
-    """Read every backend's /metrics on a clock into timeline.jsonl; refresh the live hit rate."""
-    samples: list[dict[str, Any]] = []
+    """Sample on a clock (constant memory: samples go to disk, the hit rate is a running sum)."""
     last = 0.0
     while True:
-        now = time.time()
-        if now - last >= cfg.sample_interval:
-            last = now
-            for ep in pool.endpoints:
-                text = await server.get_text(side, ep.metrics_url, headers)
-                values = server.metric_values(text) if text else {}
-                sample = {
-                    "t": now,
-                    "run": run,
-                    "endpoint": ep.base,
-                    "v": values,
-                    "done": stats.done + stats.errors,
-                    "in_flight": stats.in_flight,
-                }
-                append_json(cfg.out / TIMELINE, sample)
-                samples.append(sample)
-            stats.hit_rate = hit_rate(samples)
+        if time.time() - last >= cfg.sample_interval:
+            last = time.time()
+            await _sample_once(side, pool, headers, cfg, run, stats, live)
         view.update()
         await asyncio.sleep(0.5)
 

@@ -160,3 +160,27 @@ def series_for_plot(
         "records_per_min": [c / bucket * 60.0 for c in counts],
         "hit_rate": [h / q if q > 0 else float("nan") for h, q in zip(hits, queries, strict=True)],
     }
+
+
+class LiveHitRate:
+    """Running Σ Δhits / Σ Δqueries over backends, in constant memory (for live progress)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, float]] = {}
+        self.hits = 0.0
+        self.queries = 0.0
+
+    def add(self, endpoint: str, values: dict[str, float]) -> None:
+        if "prefix_cache_queries" not in values or "prefix_cache_hits" not in values:
+            return
+        cur = (values["prefix_cache_queries"], values["prefix_cache_hits"])
+        prev = self._last.get(endpoint)
+        self._last[endpoint] = cur
+        if prev is None:
+            return
+        self.queries += counter_increase([prev[0], cur[0]])
+        self.hits += counter_increase([prev[1], cur[1]])
+
+    @property
+    def rate(self) -> float | None:
+        return self.hits / self.queries if self.queries > 0 else None
