@@ -30,6 +30,21 @@ except ImportError:  # ansible from another environment: use the checkout's sour
 
 PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_")
 PLAIN = ("ansible_host", "sparkops_topology")
+# Role-prefixed names that are Ansible-only: role settings the renderer does not use, and the
+# roles' registered results. Any other unknown prefixed name is refused as a likely typo.
+ANSIBLE_ONLY = frozenset(
+    {
+        "vllm_serving_use_systemd",
+        "vllm_serving_rendered",
+        "vllm_serving_compose_version",
+        "vllm_serving_image_info",
+        "vllm_serving_health",
+        "vllm_serving_log_tail",
+        "litellm_router_env_file",
+        "litellm_router_health",
+        "ray_cluster_status",
+    }
+)
 
 
 def _plain(value):
@@ -39,7 +54,12 @@ def _plain(value):
 
 def _host_vars(hostvars, host: str) -> dict:
     source = hostvars[host]
-    return {key: _plain(source[key]) for key in source if key.startswith(PREFIXES) or key in PLAIN}
+    wanted = [
+        key
+        for key in source
+        if (key.startswith(PREFIXES) and key not in ANSIBLE_ONLY) or key in PLAIN
+    ]
+    return {key: _plain(source[key]) for key in wanted}
 
 
 def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (sparkops)"):

@@ -40,6 +40,9 @@ class ServingVars(_Strict):
     ready_timeout: int = Field(default=900, gt=0)
     start_period: int = Field(default=300, ge=0)
     gpus: bool = True
+    # Locked-memory limit for the container (-1: unlimited, what RDMA/NCCL need on a Spark);
+    # None leaves Docker's default, for engines that may not raise it (no CAP_SYS_RESOURCE).
+    memlock: int | None = -1
     extra_env: dict[str, str] = Field(default_factory=dict)
     # Further read-only bind mounts, host path = container path (e.g. a local vLLM build).
     extra_volumes: list[str] = Field(default_factory=list)
@@ -127,7 +130,6 @@ def split_prefixed(host: str, hostvars: dict) -> dict[str, BaseModel]:
     out: dict[str, BaseModel] = {}
     for prefix, model in PREFIXES.items():
         data = {k[len(prefix) :]: v for k, v in hostvars.items() if k.startswith(prefix)}
-        data = {k: v for k, v in data.items() if v is not None}
         try:
             out[prefix] = model.model_validate(data)
         except ValidationError as err:

@@ -117,6 +117,7 @@ def _vllm_service(
         "hf_cache": serving.hf_cache,
         "model_dir": serving.model_dir,
         "extra_volumes": serving.extra_volumes,
+        "memlock": serving.memlock,
         "health_url": f"http://{probe_host}:{serving.port}/health",
         "start_period": serving.start_period,
         "rdma": False,
