@@ -234,6 +234,7 @@ def test_pipeline_check_counts_shared_prefix_and_flags_record_first(vllm_server,
     assert flagged.returncode == 1 and "put the record last" in flagged.stdout
 
 
+@pytest.mark.timeout(1800)  # starts two vLLM servers: slow on a loaded 2-core machine
 def test_job_completes_when_vllm_is_killed_and_restarted(extra_vllm_server, tmp_path):
     from sparkops.local.server import port_is_free, stop_servers
 

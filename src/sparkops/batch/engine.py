@@ -321,7 +321,7 @@ class Engine:
                 raw = await resp.read()
                 status = resp.status
                 rid = resp.headers.get("x-request-id")
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as err:
+        except (aiohttp.ClientError, OSError) as err:  # refused, reset, bad payload, ...
             return CallResult(0, None, f"connection error: {type(err).__name__}"), True, True
         except TimeoutError:
             return CallResult(0, None, "timed out"), True, None

@@ -250,7 +250,7 @@ async def _sample_once(
     now = time.time()
     for ep in pool.endpoints:
         text = await server.get_text(side, ep.metrics_url, headers)
-        values = server.metric_values(text) if text else {}
+        values = _values(text)
         append_json(
             cfg.out / TIMELINE,
             {
@@ -264,6 +264,16 @@ async def _sample_once(
         )
         live.add(ep.base, values)
     stats.hit_rate = live.rate
+
+
+def _values(text: str | None) -> dict[str, float]:
+    """Timeline values of a /metrics page; a page that does not parse counts as a failed scrape."""
+    if not text:
+        return {}
+    try:
+        return server.metric_values(text)
+    except ValueError:
+        return {}
 
 
 async def _sample_loop(
