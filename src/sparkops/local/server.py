@@ -35,7 +35,7 @@ HOST = "127.0.0.1"
 # parallel on one node needs an explicit "0|1").
 THREADS_BIND = "nobind"
 ENTRYPOINT = "vllm.entrypoints.openai.api_server"
-START_TIMEOUT_S = 300.0
+START_TIMEOUT_S = 600.0  # ~1 min on an idle 2-core machine; 4-10 min seen under heavy load
 STOP_TIMEOUT_S = 30.0
 
 # Privacy by default: no usage stats, no tracking, nothing fetched from a hub at run time.
@@ -223,20 +223,22 @@ def wait_healthy(servers: Sequence[Server], timeout: float = START_TIMEOUT_S) ->
             if is_healthy(server):
                 pending.remove(server)
             elif proc_start_ticks(server.pid) is None:
+                tail = _log_tail(server.log_path)
                 stop_servers(servers)
                 raise UserError(
                     f"vLLM on port {server.port} exited during start-up. Log tail "
-                    f"({server.log_path}):\n{_log_tail(server.log_path)}\n"
+                    f"({server.log_path}):\n{tail}\n"
                     "Fix the cause shown above (a taken port, too large --kv-cache-gib for "
                     "free memory, a bad flag), then retry."
                 )
         if pending and time.monotonic() > deadline:
-            stop_servers(servers)
             server = pending[0]
+            tail = _log_tail(server.log_path)  # before stopping: show where it was stuck
+            stop_servers(servers)
             raise UserError(
                 f"vLLM on port {server.port} was not healthy after {timeout:.0f} s. Log tail "
-                f"({server.log_path}):\n{_log_tail(server.log_path)}\n"
-                "The machine may be overloaded: stop other servers or raise the timeout."
+                f"({server.log_path}):\n{tail}\n"
+                "The machine may be overloaded: stop other servers or raise --timeout."
             )
         if pending:
             time.sleep(0.5)
