@@ -70,7 +70,7 @@ def write_inventory(directory: Path, host: Host, extra: dict | None = None) -> P
     return directory
 
 
-def playbook(inventory: Path, host: Host, *args: str) -> Run:
+def playbook(inventory: Path, host: Host, *args: str, timeout: float = 1200) -> Run:
     """Run provision.yml the way the README says, with the kit's ansible.cfg."""
     env = {
         **os.environ,
@@ -81,7 +81,7 @@ def playbook(inventory: Path, host: Host, *args: str) -> Run:
     venv_bin = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
     command = [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), *args]
     start = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
     seconds = time.monotonic() - start
     output = result.stdout + result.stderr
     recap = {m.group(1): m for m in RECAP.finditer(output)}

@@ -53,7 +53,7 @@ def laptop(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathF
     put_fixture(host, "nvidia-smi")
     set_gpu_state(host, "stuck")
     inventory = write_inventory(tmp_path_factory.mktemp("laptop"), host, LAPTOP_VARS)
-    first = playbook(inventory, host, "--tags", "host_tuning")
+    first = playbook(inventory, host, "--tags", "host_tuning", timeout=1700)
     assert first.rc == 0, first.output[-4000:]
     print(f"\nprovision arm64 (preflight + host_tuning): converge {first.seconds:.0f} s")
     return Laptop(host, first)
