@@ -29,7 +29,8 @@ from tests.plugins.hosts import inventory, run_docker
 pytestmark = pytest.mark.infra
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK = ROOT / "ansible" / "playbooks" / "preflight.yml"
+PLAYBOOKS = ROOT / "ansible" / "playbooks"
+PLAYBOOK = PLAYBOOKS / "preflight.yml"
 NVIDIA_SMI = ROOT / "tests" / "fixtures" / "bin" / "nvidia-smi"
 ALL_CHECKS = {
     "page_cache_dropped",
@@ -105,12 +106,46 @@ def run_preflight(tmp_path: Path, host, gpu_state: str, extra: dict) -> tuple[in
     return proc.returncode, json.loads(summary_file.read_text()), proc.stdout
 
 
+# Includes the shared vLLM server's start-up when this test is the first to need it: about
+# 1 min on an idle 2-core machine, 8 min when several servers start at once.
+@pytest.mark.timeout(1800)
 def test_preflight_passes_and_fails_for_the_right_reasons(systemd_host, vllm_server, tmp_path):
     host = systemd_host("amd64")
     run_docker("cp", str(NVIDIA_SMI), f"{host.id}:/usr/local/bin/nvidia-smi")
     bridge = host.exec("ip -4 route show default", check=True).stdout.split()[2]
     with relay(bridge, ("127.0.0.1", vllm_server.port)) as port:
         check_preflight(tmp_path, host, f"http://{bridge}:{port}")
+        check_status(tmp_path, host, f"http://{bridge}:{port}")
+
+
+def check_status(tmp_path: Path, host, url: str) -> None:
+    """status.yml reads the same server and GPU; the test host has no serving unit."""
+    out_dir = tmp_path / "status"
+    out_dir.mkdir()
+    inv = tmp_path / "inventory.yml"
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible" / "ansible.cfg")}
+    extra = {"sparkops_status_vllm_url": url, "sparkops_status_dir": str(out_dir)}
+    proc = subprocess.run(
+        [
+            ansible_playbook(),
+            "-i",
+            str(inv),
+            str(PLAYBOOKS / "status.yml"),
+            "-e",
+            json.dumps(extra),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    status = json.loads((out_dir / f"{host.name}.json").read_text())
+    assert status["health"] == 200
+    assert status["unit"] == "absent"
+    assert status["gpu"].startswith("1005, ")  # the fixture was left in the stuck state
+    assert float(status["running"]) >= 0 and 0.0 <= float(status["kv_cache_usage"]) <= 1.0
 
 
 def check_preflight(tmp_path: Path, host, url: str) -> None:
