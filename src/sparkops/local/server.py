@@ -192,7 +192,7 @@ def _open_private_log(path: Path):
     return os.fdopen(fd, "ab")
 
 
-def _spawn(cmd: list[str], env: dict[str, str], port: int, log_path: Path) -> Server:
+def _spawn(cmd: list[str], env: dict[str, str], host: str, port: int, log_path: Path) -> Server:
     with _open_private_log(log_path) as log:
         proc = subprocess.Popen(
             cmd,
@@ -207,6 +207,7 @@ def _spawn(cmd: list[str], env: dict[str, str], port: int, log_path: Path) -> Se
     return Server(
         pid=proc.pid,
         port=port,
+        host=host,
         start_ticks=ticks,
         started_at=time.time(),
         log_path=str(log_path),
@@ -297,7 +298,7 @@ def start_servers(
     try:
         for i in range(replicas):
             cmd = server_command(python, model_dir, port + i, host, max_num_seqs, extra_args, eager)
-            servers.append(_spawn(cmd, env, port + i, log_dir / f"vllm-{port + i}.log"))
+            servers.append(_spawn(cmd, env, host, port + i, log_dir / f"vllm-{port + i}.log"))
     except BaseException:
         stop_servers(servers)
         raise
