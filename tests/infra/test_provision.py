@@ -37,6 +37,7 @@ RECAP = re.compile(
 )
 
 # The settings a Debian amd64 test host needs; everything else is the roles' defaults.
+NVIDIA_REPO = "https://nvidia-repo.invalid/stable/deb"
 TEST_VARS = {
     "sparkops_topology": "single",
     "spark_preflight_arch_mismatch": "warn",
@@ -45,6 +46,9 @@ TEST_VARS = {
     "container_runtime_docker_users": [JOB_USER],
     "host_tuning_job_users": [JOB_USER],
     "host_tuning_earlyoom_enabled": True,
+    # The kit names no package host; a user sets NVIDIA's URLs. Check mode only renders them.
+    "container_runtime_nvidia_repo_url": NVIDIA_REPO,
+    "container_runtime_nvidia_repo_key_url": "https://nvidia-repo.invalid/gpgkey",
 }
 
 
@@ -162,7 +166,7 @@ def test_check_mode_takes_the_nvidia_repository_branch_for_the_host_arch(
     """Without nvidia-ctk the role adds NVIDIA's repository; check mode shows what it writes."""
     out = converged.check.output
     assert "Add NVIDIA's container toolkit repository for this architecture" in out
-    assert "+URIs: https://nvidia.github.io/libnvidia-container/stable/deb/amd64" in out
+    assert f"+URIs: {NVIDIA_REPO}/amd64" in out
     assert "+Signed-By: /etc/apt/keyrings/nvidia-container-toolkit.asc" in out
     # The converge itself used the fixture instead and never wrote that source.
     assert not converged.host.testinfra.file(
