@@ -28,6 +28,7 @@ from sparkops.metrics.timeline import (
     counter_total,
     gauge_max,
     hit_rate,
+    series_by_backend,
     steady_window,
 )
 
@@ -78,12 +79,7 @@ def interval_rates(
     """
     per_tick: dict[float, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     spans: dict[float, float] = {}
-    series: dict[tuple[Any, str], list[dict[str, Any]]] = defaultdict(list)
-    for sample in samples:
-        if sample.get("v"):
-            series[(sample.get("run"), sample.get("endpoint", ""))].append(sample)
-    for points in series.values():
-        points.sort(key=lambda s: s["t"])
+    for points in series_by_backend(samples).values():
         for prev, cur in itertools.pairwise(points):
             if prev["t"] < start or cur["t"] > end or cur["t"] <= prev["t"]:
                 continue

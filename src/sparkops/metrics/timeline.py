@@ -33,7 +33,9 @@ def counter_increase(values: Sequence[float]) -> float:
     return total
 
 
-def _series(samples: Iterable[dict[str, Any]]) -> dict[tuple[Any, str], list[dict[str, Any]]]:
+def series_by_backend(
+    samples: Iterable[dict[str, Any]],
+) -> dict[tuple[Any, str], list[dict[str, Any]]]:
     """Samples grouped per (run, endpoint), in time order, failed scrapes dropped."""
     groups: dict[tuple[Any, str], list[dict[str, Any]]] = defaultdict(list)
     for s in samples:
@@ -49,7 +51,7 @@ def counter_total(
 ) -> float:
     """Increase of counter `name` summed over backends (and runs), optionally within [t0, t1]."""
     total = 0.0
-    for series in _series(samples).values():
+    for series in series_by_backend(samples).values():
         vals = [
             s["v"][name]
             for s in series
@@ -135,7 +137,7 @@ def series_for_plot(
     if not finish_times:
         return {"t": [], "records_per_min": [], "hit_rate": []}
     t0 = min(finish_times)
-    groups = _series(samples)
+    groups = series_by_backend(samples)
     start = min([t0, *(g[0]["t"] for g in groups.values())]) if groups else t0
     end = max(finish_times)
     nb = max(1, int((end - start) // bucket) + 1)
