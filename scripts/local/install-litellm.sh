@@ -8,28 +8,10 @@
 #   LITELLM_VERSION   litellm release (default 1.108.7, the release the deploy tests ran)
 #   PYTHON            interpreter to build the venv from (default python3)
 set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${SPARKOPS_CACHE:-$here/.cache}
-venv=$cache/venvs/litellm
-py=${PYTHON:-python3}
+# shellcheck source=scripts/local/venv-lib.sh
+. "$(dirname "$0")/venv-lib.sh"
+# Importing litellm would fetch its model cost map from the internet: use the bundled copy.
+export LITELLM_LOCAL_MODEL_COST_MAP=True
 version=${LITELLM_VERSION:-1.108.7}
-spec="litellm[proxy]==$version"
-
-if [ -x "$venv/bin/litellm" ] && "$venv/bin/python" - "$version" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-assert version("litellm") == sys.argv[1]
-import litellm.proxy.proxy_server  # noqa: F401  (the proxy extra is present)
-PY
-then
-  echo "litellm $version: reusing $venv"
-  exit 0
-fi
-
-echo "litellm $version: creating $venv"
-rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
-"$py" -m venv "$venv"
-"$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --quiet "$spec"
-"$venv/bin/python" -c 'import litellm.proxy.proxy_server; from importlib.metadata import version; print("litellm ready:", version("litellm"))'
+ensure_venv litellm litellm "$version" litellm.proxy.proxy_server "litellm[proxy]==$version"
+"$VENV/bin/python" -c 'import litellm.proxy.proxy_server; from importlib.metadata import version; print("litellm ready:", version("litellm"))'

