@@ -58,3 +58,4 @@ def test_compose_config_accepts_every_rendered_stack(tmp_path, monkeypatch, topo
             router = config["services"]["router"]
             assert router["environment"]["LITELLM_MASTER_KEY"].startswith("sk-")
             assert router["environment"]["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+            assert router["depends_on"]["vllm"]["condition"] == "service_healthy"
