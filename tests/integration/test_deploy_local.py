@@ -198,9 +198,11 @@ def test_data_parallel_pair_behind_litellm(tmp_path, procs):
     render_inventory(inventory, out)
     backends = [start_rendered_vllm(out / host, tmp_path) for host in ("spark-1", "spark-2")]
     procs.extend(backends)
+    # As deploy.yml does: replicas healthy first. A router whose first background health check
+    # finds them still starting puts both in cooldown and answers 429 for cooldown_time.
+    wait_ready(backends, "/health")
     router = start_rendered_router(out / "spark-1", tmp_path, base + 2)
     procs.append(router)
-    wait_ready(backends, "/health")
     wait_ready([router], "/health/readiness", timeout=120)
     key = _read_env_file(out / "spark-1" / "router.env")["LITELLM_MASTER_KEY"]
 
