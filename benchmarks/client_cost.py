@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -32,6 +34,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_responder() -> Iterator[str]:
+    """The minimal local HTTP responder in a subprocess on a free port; yields its base URL."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "client_responder.py"), str(port)])
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/v1/models", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def write_inputs(tmp: Path, n: int, model: str) -> tuple[Path, Path]:
@@ -127,20 +148,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1000)
     ap.add_argument("--vllm", help="base URL of a running vLLM server")
     args = ap.parse_args()
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE / "client_responder.py"), str(port)])
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/v1/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with running_responder() as base:
         measure("local responder", base, args.requests, args.concurrency, "tiny")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     if args.vllm:
         base = args.vllm.rstrip("/").removesuffix("/v1")
         measure("vLLM-CPU (tiny)", base, args.vllm_requests, args.concurrency, served_model(base))

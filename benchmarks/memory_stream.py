@@ -12,14 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from client_cost import HERE, free_port, write_inputs
+from client_cost import running_responder, write_inputs
 
 from sparkops.batch import JobConfig, run_job
 
@@ -44,16 +41,7 @@ def main() -> None:
         "state: the full input streamed and every id in the done set, far fewer HTTP calls)",
     )
     args = ap.parse_args()
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE / "client_responder.py"), str(port)])
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/v1/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with running_responder() as base:
         with tempfile.TemporaryDirectory() as tmp:
             pipeline, records = write_inputs(Path(tmp), 0, "tiny")
             filler = "made-up triage text " * 10
@@ -96,9 +84,6 @@ def main() -> None:
                 }
             )
         )
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 if __name__ == "__main__":
