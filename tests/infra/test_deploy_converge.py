@@ -1,0 +1,188 @@
+"""The deploy playbook converges against the local inventory (Docker on this machine), and a
+second run changes nothing.
+
+The cpu-tiny stack runs in a real container of this machine's Docker engine, with the
+rendered compose project. The full vLLM-CPU image (docker/vllm-cpu) is a 3.5 GB install, too
+much for the CI budget, so the container is docker/vllm-cpu built with INSTALL_VLLM=0 (the
+test bed's Debian base + libnuma/libgomp) and the kit's vLLM-CPU venv (and the interpreter it
+links to) mounted read-only through `vllm_serving_extra_volumes`: the same rendered command,
+entrypoint and environment. This
+machine has no systemd, so the role starts the compose project directly
+(`vllm_serving_use_systemd` follows the service manager).
+
+This is a real user's single-node deploy, for real, in a container: the same playbook, role,
+rendered compose project and health wait; only the image is the CPU stand-in and the host is
+this machine instead of a Spark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkops.local import paths
+from sparkops.local.model import ensure_tiny_model
+from sparkops.local.server import free_ports
+from tests.plugins.hosts import image_ref, run_docker
+
+pytestmark = pytest.mark.infra
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "docker" / "vllm-cpu" / "Dockerfile"
+HEALTHY_TIMEOUT_S = 300  # Docker's own health check runs every 30 s after a 120 s start period
+
+
+@pytest.fixture(scope="module")
+def runtime_image(docker_engine) -> str:
+    """docker/vllm-cpu with INSTALL_VLLM=0: Debian + libnuma/libgomp, the venv comes mounted.
+
+    Built FROM the test bed's keyed base image (`make testbed`), and tagged with a key of that
+    base and the Dockerfile, so an edited Dockerfile is never tested through a stale image."""
+    base = image_ref("amd64")
+    if run_docker("image", "inspect", base, check=False).returncode:
+        pytest.fail(f"{base} is missing: run `make testbed`", pytrace=False)
+    key = hashlib.sha256(base.encode() + DOCKERFILE.read_bytes()).hexdigest()[:12]
+    image = f"sparkops/vllm-cpu-runtime:{key}"
+    if run_docker("image", "inspect", image, check=False).returncode:
+        build = run_docker(
+            "build", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "INSTALL_VLLM=0",
+            "-t", image, str(DOCKERFILE.parent), check=False, timeout=900,
+        )  # fmt: skip
+        assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return image
+
+
+def _venv_mounts() -> tuple[Path, Path]:
+    """The vLLM-CPU venv and the Python installation its interpreter links to."""
+    python = paths.vllm_python()
+    venv = python.parent.parent
+    cfg = dict(
+        line.split(" = ", 1)
+        for line in (venv / "pyvenv.cfg").read_text().splitlines()
+        if " = " in line
+    )
+    return venv, Path(cfg["home"]).parent
+
+
+def run_deploy(inventory: Path) -> tuple[subprocess.CompletedProcess, int]:
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            "-i", str(inventory), str(REPO / "ansible" / "playbooks" / "deploy.yml"),
+            "-e", "ansible_become=false",  # already root; this machine has no sudo
+        ],
+        capture_output=True, text=True, timeout=1500, cwd=REPO / "ansible",
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+             "HOME": str(Path.home()), "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg")},
+    )  # fmt: skip
+    recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", result.stdout)
+    return result, int(recap.group(1)) if recap else -1
+
+
+@pytest.fixture
+def local_inventory(tmp_path, runtime_image):
+    model = ensure_tiny_model()
+    venv, python_home = _venv_mounts()
+    port = free_ports(1)
+    project = f"sparkops-test-{secrets.token_hex(4)}"
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {"all": {"children": {"sparks": {"hosts": {"localhost": host}}}}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    serving = yaml.safe_load(
+        (REPO / "inventory" / "local" / "group_vars" / "all" / "serving.yml").read_text()
+    )
+    serving.update(
+        vllm_serving_image=runtime_image,
+        vllm_serving_model_dir=str(model),
+        vllm_serving_port=port,
+        vllm_serving_project=project,
+        vllm_serving_stack_dir=str(tmp_path / "stack"),
+        vllm_serving_hf_cache=str(tmp_path / "hf-cache"),
+        vllm_serving_extra_volumes=[str(venv), str(python_home)],
+        vllm_serving_extra_env={"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin"},
+        vllm_serving_ready_timeout=900,
+    )
+    (inventory / "group_vars" / "all" / "serving.yml").write_text(yaml.safe_dump(serving))
+    try:
+        yield inventory, port, tmp_path / "stack"
+    finally:
+        down = ["docker", "compose", "--project-directory", str(tmp_path / "stack"), "down", "-v"]
+        subprocess.run(down, capture_output=True, timeout=300, check=False)
+
+
+@pytest.mark.timeout(2400)  # two converges; the first waits for vLLM-CPU to start
+def test_deploy_converges_and_a_second_run_changes_nothing(local_inventory):
+    inventory, port, stack = local_inventory
+    started = time.monotonic()
+    first, first_changed = run_deploy(inventory)
+    first_s = time.monotonic() - started
+    ready_at = datetime.now(UTC)  # the playbook's /health wait has passed by now
+    assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-2000:]
+    assert first_changed >= 4  # folders, compose.yml, serving.env, the stack start
+    assert (stack / "serving.env").stat().st_mode & 0o777 == 0o600
+
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as resp:
+        assert json.loads(resp.read())["usage"]["completion_tokens"] >= 1
+    # The container's own health check (the compose file's, run by Docker) turns healthy too.
+    container = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm")
+    container_id = container.stdout.strip()
+    assert container_id, container.stderr
+    health = _wait_healthy(container_id)
+    assert health["Status"] == "healthy", json.dumps(health)[-3000:]
+    state = json.loads(run_docker("inspect", "--format", "{{json .State}}", container_id).stdout)
+    ready_s = _seconds_between(state["StartedAt"], ready_at.isoformat())
+    healthy_s = _seconds_between(state["StartedAt"], health["Log"][-1]["End"])
+
+    started = time.monotonic()
+    second, second_changed = run_deploy(inventory)
+    second_s = time.monotonic() - started
+    assert second.returncode == 0, second.stdout[-5000:]
+    assert second_changed == 0, second.stdout[-5000:]
+    # Nothing was recreated: the same container still serves.
+    again = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm")
+    assert again.stdout.strip() == container_id
+    print(
+        f"\ndeploy local: first converge {first_s:.0f} s (changed={first_changed}); "
+        f"/health answered <= {ready_s:.0f} s and Docker's health check read healthy "
+        f"{healthy_s:.0f} s after the container started; second converge {second_s:.0f} s "
+        f"(changed={second_changed})"
+    )
+
+
+def _wait_healthy(container_id: str) -> dict:
+    deadline = time.monotonic() + HEALTHY_TIMEOUT_S
+    while True:
+        out = run_docker("inspect", "--format", "{{json .State.Health}}", container_id).stdout
+        health = json.loads(out)
+        if health["Status"] != "starting" or time.monotonic() > deadline:
+            return health
+        time.sleep(2)
+
+
+def _seconds_between(start: str, end: str) -> float:
+    """Seconds between two Docker timestamps (RFC 3339 with nanoseconds)."""
+
+    def parse(stamp: str) -> datetime:
+        stamp = re.sub(r"(\.\d{6})\d*", r"\1", stamp.replace("Z", "+00:00"))
+        return datetime.fromisoformat(stamp)
+
+    return (parse(end) - parse(start)).total_seconds()
