@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from sparkops.batch.job import JobConfig, run_job
+from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.batch.status import job_status
 
 
@@ -29,6 +30,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "--concurrency", type=int, default=1000, help="requests in flight (default 1000)"
+    )
+    run.add_argument(
+        "--schedule",
+        choices=sorted(POLICIES),
+        default=DEFAULT_POLICY,
+        help="which ready call goes next: fifo (arrival order) or step-aware (favour the step "
+        f"whose prefix is hottest in the cache, bounded wait) (default {DEFAULT_POLICY})",
+    )
+    run.add_argument(
+        "--schedule-max-wait",
+        type=int,
+        help="step-aware: a ready call goes next once this many newer calls became ready "
+        "(default: the concurrency, at least 64)",
     )
     run.add_argument("--api-key-env", help="environment variable holding the API key")
     run.add_argument("--id-field", default="id", help="record id field (default id)")
@@ -68,6 +82,8 @@ def _run(args: argparse.Namespace) -> int:
             retry_for=args.retry_for,
             sample_interval=args.sample_interval,
             progress=not args.no_progress,
+            policy=args.schedule,
+            max_wait=args.schedule_max_wait,
         )
     )
     rpm = f"{summary.records_per_min:,.0f}" if summary.records_per_min else "-"

@@ -4,7 +4,8 @@ Each record carries its pipeline state (current step, answers so far). A dispatc
 at most `concurrency` calls in flight and at most `concurrency + lookahead` records active,
 pulling new records from the streamed input only when there is room, so memory stays flat
 however large the input. Completions come back through a queue (O(1) per call, no
-`asyncio.wait` over 1,000 tasks). Which ready call goes next is `policy(ready)`.
+`asyncio.wait` over 1,000 tasks). Ready calls wait in one FIFO per step; which step goes
+next is the policy's choice (batch/policy.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import aiohttp
 
 from sparkops.batch.endpoints import Endpoint, EndpointPool
 from sparkops.batch.journal import Journal
-from sparkops.batch.policy import Policy, fifo
+from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
 from sparkops.batch.records import InputProblem, Record
 from sparkops.batch.retry import backoff_delay, is_retryable
 from sparkops.pipeline.parse import parse_answer
@@ -46,6 +47,7 @@ class RecordState:
     record: Record
     step: str
     ready_seq: int = 0
+    started: float = field(default_factory=time.time)
     steps: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -72,6 +74,7 @@ class EngineConfig:
     retry_for: float = 1800.0
     api_key: str | None = None
     run: int = 1
+    max_wait: int | None = None
 
 
 class Engine:
@@ -112,7 +115,9 @@ class Engine:
     async def _dispatch(self, items: Iterator[Record | InputProblem]) -> None:
         loop = asyncio.get_running_loop()
         completions: asyncio.Queue[asyncio.Task[tuple[RecordState, CallResult]]] = asyncio.Queue()
-        ready: list[RecordState] = []
+        ready = ReadyQueues(
+            self.policy, self.cfg.max_wait or default_max_wait(self.cfg.concurrency)
+        )
         max_active = self.cfg.concurrency + (
             self.cfg.lookahead or max(8, self.cfg.concurrency // 4)
         )
@@ -126,9 +131,9 @@ class Engine:
                     break
                 state = self._admit(item)
                 if state is not None:
-                    ready.append(state)
+                    ready.push(state)
             while ready and stats.in_flight < self.cfg.concurrency:
-                state = ready.pop(self.policy(ready))
+                state = ready.pop()
                 stats.in_flight += 1
                 task = loop.create_task(self._call(state))
                 task.add_done_callback(completions.put_nowait)
@@ -138,9 +143,10 @@ class Engine:
             while True:
                 stats.in_flight -= 1
                 state, result = task.result()
+                ready.done(state.step)
                 nxt = self._advance(state, result)
                 if nxt is not None:
-                    ready.append(nxt)
+                    ready.push(nxt)
                 try:
                     task = completions.get_nowait()
                 except asyncio.QueueEmpty:
@@ -176,7 +182,9 @@ class Engine:
             self._finish_openai(state, result)
             return None
         if result.error is not None:
-            self._finish_error(state.record.id, state.record.line, result.error, state.steps)
+            self._finish_error(
+                state.record.id, state.record.line, result.error, state.steps, state.started
+            )
             return None
         step = self.pipeline.step(state.step)
         body = result.body or {}
@@ -213,13 +221,21 @@ class Engine:
                 "steps": state.steps,
                 "error": None,
                 "line": state.record.line,
+                "t0": round(state.started, 3),
                 "t": round(time.time(), 3),
                 "run": self.cfg.run,
             }
         )
         self.stats.done += 1
 
-    def _finish_error(self, rid: str | None, line: int, message: str, steps: list) -> None:
+    def _finish_error(
+        self,
+        rid: str | None,
+        line: int,
+        message: str,
+        steps: list,
+        started: float | None = None,
+    ) -> None:
         self.journal.append(
             {
                 "id": rid,
@@ -228,6 +244,7 @@ class Engine:
                 "steps": steps,
                 "error": message,
                 "line": line,
+                "t0": None if started is None else round(started, 3),
                 "t": round(time.time(), 3),
                 "run": self.cfg.run,
             }

@@ -31,7 +31,7 @@ from sparkops.batch.journal import (
     open_private,
     prepare_dir,
 )
-from sparkops.batch.policy import POLICIES
+from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.records import detect_kind, read_records, scan_input
 from sparkops.errors import UserError
@@ -59,9 +59,10 @@ class JobConfig:
     retry_for: float = 1800.0
     sample_interval: float = 5.0
     fsync_interval: float = 1.0
-    policy: str = "fifo"
+    policy: str = DEFAULT_POLICY
     progress: bool = True
     lookahead: int | None = None
+    max_wait: int | None = None
 
 
 @dataclass
@@ -93,7 +94,11 @@ def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, str, str | None]:
     if cfg.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
     if cfg.policy not in POLICIES:
-        raise UserError(f"unknown policy {cfg.policy!r}; choose one of {sorted(POLICIES)}")
+        raise UserError(
+            f"unknown --schedule {cfg.policy!r}; choose one of {', '.join(sorted(POLICIES))}"
+        )
+    if cfg.max_wait is not None and cfg.max_wait < 1:
+        raise UserError(f"--schedule-max-wait must be at least 1 (got {cfg.max_wait})")
     api_key = None
     if cfg.api_key_env:
         api_key = os.environ.get(cfg.api_key_env)
@@ -151,11 +156,18 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
                 "t": time.time(),
                 "concurrency": cfg.concurrency,
                 "endpoints": len(pool.endpoints),
+                "schedule": cfg.policy,
             },
         )
         engine = Engine(
             EngineConfig(
-                cfg.concurrency, cfg.lookahead, cfg.request_timeout, cfg.retry_for, api_key, run
+                cfg.concurrency,
+                cfg.lookahead,
+                cfg.request_timeout,
+                cfg.retry_for,
+                api_key,
+                run,
+                cfg.max_wait,
             ),
             pool,
             journal,

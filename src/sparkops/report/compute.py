@@ -8,6 +8,7 @@ backends, and the ceiling = whole shared blocks over prompt tokens.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from sparkops.metrics.timeline import (
     steady_window,
 )
 from sparkops.pipeline.check import ceiling
+from sparkops.report.steps import StepTotals, diagnose, overall
 
 PREFIX = "prefix.json"
 
@@ -39,6 +41,8 @@ def load_dir(directory: Path) -> dict[str, Any]:
         prefix = json.loads((directory / PREFIX).read_text(encoding="utf-8"))
     reusable = {k: v.get("reusable_tokens", 0) for k, v in (prefix.get("steps") or {}).items()}
     finals: dict[str, int] = defaultdict(int)
+    per_step = {name: StepTotals() for name in reusable}
+    latencies: list[float] = []
     for obj in iter_results(directory / RESULTS):
         records += 1
         ok = obj.get("status") == "done" if "status" in obj else obj.get("error") is None
@@ -49,6 +53,8 @@ def load_dir(directory: Path) -> dict[str, Any]:
             done_calls += len(steps)
             if obj.get("final") is not None:
                 finals[str(obj["final"])] += 1
+            if obj.get("t0") is not None and "t" in obj:
+                latencies.append(obj["t"] - obj["t0"])
         else:
             errors += 1
         if "t" in obj:
@@ -60,9 +66,17 @@ def load_dir(directory: Path) -> dict[str, Any]:
             completion += s.get("completion_tokens") or 0
             if s.get("step") in reusable and p:
                 ceiling_calls.append((reusable[s["step"]], p))
+            if p:
+                name = str(s.get("step"))
+                per_step.setdefault(name, StepTotals()).add(
+                    p, s.get("cached_tokens"), reusable.get(name)
+                )
     runs: dict[Any, dict[str, float]] = defaultdict(dict)
+    schedules: list[str] = []
     for r in iter_results(directory / RUNS):
         runs[r.get("run")][r.get("event", "")] = r.get("t")
+        if r.get("event") == "start":
+            schedules.append(r.get("schedule", "fifo"))
     samples = list(iter_results(directory / TIMELINE))
     return {
         "manifest": manifest,
@@ -80,6 +94,9 @@ def load_dir(directory: Path) -> dict[str, Any]:
         "prefix": prefix,
         "ceiling_calls": ceiling_calls,
         "finals": dict(finals),
+        "per_step": per_step,
+        "schedules": schedules,
+        "latencies": latencies,
     }
 
 
@@ -100,6 +117,10 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     gen_tps = rate_per_s(samples, "generation_tokens", use) if use else None
     ceil = ceiling(data["ceiling_calls"]) if data["ceiling_calls"] else None
     kv = gauge_max(samples, "kv_cache_usage")
+    steps = diagnose(
+        {k: v for k, v in data.get("per_step", {}).items() if v.calls},
+        have_ceiling=bool(data["prefix"]),
+    )
     return {
         "records": data["manifest"].get("total", data["records"]),
         "finished": data["records"],
@@ -118,14 +139,27 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         "completion_tokens_per_call": _r(data["completion"] / data["calls"])
         if data["calls"]
         else None,
+        "record_latency_p50_s": _r(percentile(data.get("latencies", []), 50)),
+        "record_latency_p95_s": _r(percentile(data.get("latencies", []), 95)),
         "kv_cache_usage_max": _r(kv, 4),
         "preemptions": int(counter_total(samples, "preemptions")),
         "block_size": (data["prefix"] or {}).get("block_size"),
         "prefix_steps": (data["prefix"] or {}).get("steps"),
+        "steps": steps,
+        "hit_rate_verdict": overall(steps),
         "runs": len(data["runs"]) or len(finish),
+        "schedule": "+".join(dict.fromkeys(data.get("schedules", []))) or None,
         "wall_s": _r(span),
         "finals": data["finals"],
     }
+
+
+def percentile(values: list[float], pct: float) -> float | None:
+    """Nearest-rank percentile (no interpolation: a latency some record really had)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(len(ordered) * pct / 100)) - 1]
 
 
 def _r(x: float | None, nd: int = 1) -> float | None:

@@ -13,6 +13,7 @@ from sparkops.report.compute import compute_report, load_dir
 
 ROWS = [
     ("records", "Records in input", "{:,}"),
+    ("schedule", "Schedule", "{}"),
     ("done", "Done", "{:,}"),
     ("errors", "Errors", "{:,}"),
     ("calls_per_record", "Calls per record", "{:.2f}"),
@@ -22,6 +23,8 @@ ROWS = [
     ("generation_tokens_per_s", "Generation tokens/s (steady)", "{:,.0f}"),
     ("prefix_cache_hit_rate", "Prefix cache hit rate", "{:.1%}"),
     ("prefix_cache_hit_rate_ceiling", "Hit-rate ceiling (whole shared blocks)", "{:.1%}"),
+    ("record_latency_p50_s", "Record latency p50 (s)", "{:,.1f}"),
+    ("record_latency_p95_s", "Record latency p95 (s)", "{:,.1f}"),
     ("kv_cache_usage_max", "KV cache usage, max", "{:.1%}"),
     ("preemptions", "Preemptions", "{:,}"),
 ]
@@ -44,7 +47,31 @@ def markdown(report: dict[str, Any], name: str) -> str:
             lines.append(
                 f"| {step} | {p['shared_tokens']} | {p['reusable_tokens']} | {p['tail_tokens']} |"
             )
+    if report.get("steps"):
+        lines += _steps_table(report["steps"], report.get("hit_rate_verdict"))
     return "\n".join(lines) + "\n"
+
+
+def _steps_table(steps: list[dict[str, Any]], summary: str | None) -> list[str]:
+    """Per-step hit rate against its ceiling, and what the gap means."""
+    pct = "{:.1%}".format
+    lines = [
+        "",
+        "Prefix cache per step (hit rate from the server's cached tokens; ceiling from the "
+        "prompts):",
+        "",
+        "| Step | Calls | Prompt tokens | Hit rate | Ceiling |",
+        "|---|---|---|---|---|",
+    ]
+    for r in steps:
+        hit = "-" if r["hit_rate"] is None else pct(r["hit_rate"])
+        ceil = "-" if r["ceiling"] is None else pct(r["ceiling"])
+        lines.append(f"| {r['step']} | {r['calls']:,} | {r['prompt_tokens']:,} | {hit} | {ceil} |")
+    lines.append("")
+    lines += [f"- {r['verdict']}" for r in steps]
+    if summary:
+        lines += ["", summary]
+    return lines
 
 
 def plot(data: dict[str, Any], path: Path) -> None:
