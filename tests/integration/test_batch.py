@@ -108,6 +108,44 @@ def test_report_has_the_seed_figures(sample_job):
     assert report["block_size"] > 0
     assert (out / "throughput.png").stat().st_size > 1000
     assert "Prefix cache hit rate" in report_cmd.stdout
+    assert report["schedule"] == "fifo"
+    assert 0 < report["record_latency_p50_s"] <= report["record_latency_p95_s"]
+
+
+def test_report_diagnoses_hit_rate_per_step(sample_job):
+    """Per step: calls and tokens from the journal, hit rate from the server's cached tokens,
+    ceiling from /tokenize; on an uncontended cache every step sits at its ceiling."""
+    out, _, _, _ = sample_job
+    report = json.loads((out / "report.json").read_text())
+    rows = {r["step"]: r for r in report["steps"]}
+    assert list(rows) == ["screen", "detail", "confirm"]
+    assert sum(r["calls"] for r in rows.values()) == report["calls"]
+    for r in rows.values():
+        assert r["prompt_tokens"] > 0 and 0 < r["cached_tokens"] < r["prompt_tokens"]
+        assert abs(r["hit_rate"] - r["ceiling"]) <= 0.02, r
+        assert "at its ceiling" in r["verdict"], r["verdict"]
+    # the long worked-examples block makes screen's share far higher than the short steps'
+    assert rows["screen"]["ceiling"] > rows["detail"]["ceiling"] > 0
+    assert "prompt design" in report["hit_rate_verdict"]
+    md = (out / "report.md").read_text()
+    assert "Prefix cache per step" in md and "| screen |" in md
+
+
+def test_step_aware_schedule_gives_every_record_exactly_once(vllm_server, tmp_path):
+    notes = tmp_path / "notes.jsonl"
+    tag = uuid.uuid4().hex[:8]
+    with notes.open("w") as fh:
+        for row in map(json.loads, NOTES.read_text().splitlines()[:150]):
+            fh.write(json.dumps({**row, "text": f"[{tag}] {row['text']}"}) + "\n")
+    out = tmp_path / "job"
+    sparkops(*run_args(vllm_server, out, notes, "--concurrency", "32", "--schedule", "step-aware",
+                       "--no-progress"))  # fmt: skip
+    rows = results(out)
+    assert Counter(r["id"] for r in rows) == Counter(note_ids(notes))
+    assert all(r["status"] == "done" and len(r["steps"]) >= 1 for r in rows)
+    sparkops("report", str(out))
+    report = json.loads((out / "report.json").read_text())
+    assert report["schedule"] == "step-aware" and report["done"] == 150
 
 
 def test_hit_rate_is_within_two_points_of_the_ceiling(sample_job):

@@ -42,17 +42,19 @@ def diagnose(totals: Mapping[str, StepTotals], have_ceiling: bool) -> list[dict[
     """One row per step, in pipeline order as given: figures plus a one-sentence verdict."""
     rows = []
     for step, t in totals.items():
-        ceiling = t.reusable_tokens / t.prompt_tokens if have_ceiling and t.prompt_tokens else None
-        complete = t.calls and t.calls_with_cached == t.calls
-        achieved = t.cached_tokens / t.prompt_tokens if complete and t.prompt_tokens else None
+        if not t.prompt_tokens:
+            continue
+        ceiling = _r(t.reusable_tokens / t.prompt_tokens) if have_ceiling else None
+        complete = t.calls_with_cached == t.calls
+        achieved = _r(t.cached_tokens / t.prompt_tokens) if complete else None
         rows.append(
             {
                 "step": step,
                 "calls": t.calls,
                 "prompt_tokens": t.prompt_tokens,
                 "cached_tokens": t.cached_tokens if complete else None,
-                "hit_rate": _r(achieved),
-                "ceiling": _r(ceiling),
+                "hit_rate": achieved,
+                "ceiling": ceiling,
                 "verdict": verdict(step, achieved, ceiling),
             }
         )
