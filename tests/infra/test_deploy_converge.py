@@ -6,9 +6,12 @@ rendered compose project. The full vLLM-CPU image (docker/vllm-cpu) is a 3.5 GB 
 much for the CI budget, so the container is docker/vllm-cpu built with INSTALL_VLLM=0 (the
 test bed's Debian base + libnuma/libgomp) and the kit's vLLM-CPU venv (and the interpreter it
 links to) mounted read-only through `vllm_serving_extra_volumes`: the same rendered command,
-entrypoint and environment. This
-machine has no systemd, so the role starts the compose project directly
-(`vllm_serving_use_systemd` follows the service manager).
+entrypoint and environment. This machine has no systemd, so the role starts the compose
+project directly (`vllm_serving_use_systemd` follows the service manager).
+
+Start-up in the container is CPU-bound (three processes each import torch/vLLM, about 12 s
+each on an idle core, the same as outside Docker): about 1 min when the 2 cores are free, and
+far longer when other jobs load them, hence the generous timeouts.
 
 This is a real user's single-node deploy, for real, in a container: the same playbook, role,
 rendered compose project and health wait; only the image is the CPU stand-in and the host is
