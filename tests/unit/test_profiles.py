@@ -123,3 +123,19 @@ def test_every_problem_is_reported_at_once(tmp_path):
     profile = load_profile(_write(tmp_path, data))
     problems = profile_problems(profile, DeployFacts(concurrency=5000, gpu_memory_gib=32))
     assert len(problems) == 4
+
+
+@pytest.mark.parametrize(
+    "flags", [["--pipeline-parallel-size", "2"], ["--pipeline-parallel-size=2"], ["-pp", "2"]]
+)
+def test_cpu_pipeline_parallel_with_enforce_eager_is_refused(tmp_path, flags):
+    data = load_profile("cpu-tiny").model_dump(exclude_none=True)
+    data["vllm"]["extra_args"] = flags
+    (problem,) = profile_problems(load_profile(_write(tmp_path, data)), DeployFacts())
+    assert "profile cpu-tiny: pipeline parallel size 2 with enforce_eager" in problem
+    assert "set vllm.enforce_eager: false" in problem
+    data["vllm"]["enforce_eager"] = False
+    assert profile_problems(load_profile(_write(tmp_path, data)), DeployFacts()) == []
+    data["vllm"]["enforce_eager"] = True
+    data["vllm"]["extra_args"] = ["--pipeline-parallel-size", "1"]
+    assert profile_problems(load_profile(_write(tmp_path, data)), DeployFacts()) == []

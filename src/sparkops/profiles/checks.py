@@ -4,7 +4,10 @@ Each rule comes from the seed's measurements on a GB10:
 - `--max-num-seqs` must cover the requests the job keeps in flight (more only wait);
 - a KV cache above 54 GiB started only with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True;
 - weights + KV cache must fit the host's GPU memory budget (96 GB on the laptop);
-- a gated model needs a Hugging Face token, or the download fails after start-up.
+- a gated model needs a Hugging Face token, or the download fails after start-up;
+- on vLLM-CPU, pipeline parallelism needs compilation on: an eager CPU worker skips the
+  warm-up that allocates the later stages' buffers, and every request then fails (HTTP 500,
+  `assert self.intermediate_tensors is not None`; found by the kit's one-node PP=2 test).
 Pure functions: the facts about the host and job come in as `DeployFacts`.
 """
 
@@ -46,6 +49,19 @@ def _expandable(profile: Profile) -> bool:
     return "expandable_segments:True" in profile.env.get("PYTORCH_CUDA_ALLOC_CONF", "")
 
 
+def pipeline_parallel_size(extra_args: list[str]) -> int:
+    """The `--pipeline-parallel-size` / `-pp` value among extra flags (1 when absent)."""
+    size = 1
+    for i, arg in enumerate(extra_args):
+        flag, _, value = arg.partition("=")
+        if flag in ("--pipeline-parallel-size", "-pp"):
+            if not value and i + 1 < len(extra_args):
+                value = extra_args[i + 1]
+            if value.isdigit():
+                size = int(value)
+    return size
+
+
 def profile_problems(profile: Profile, facts: DeployFacts) -> list[str]:
     """Every rule the profile breaks on this host and job, each with its fix."""
     name, args = profile.name, profile.vllm
@@ -72,6 +88,13 @@ def profile_problems(profile: Profile, facts: DeployFacts) -> list[str]:
                 "vllm.kv_cache_memory_bytes, or raise the host's GPU memory (NVIDIA app on the "
                 "laptop) and its sparkops_gpu_memory_gib in the inventory"
             )
+    pp = pipeline_parallel_size(args.extra_args)
+    if profile.platform == "cpu" and args.enforce_eager and pp > 1:
+        problems.append(
+            f"pipeline parallel size {pp} with enforce_eager on vLLM-CPU answers every request "
+            "with HTTP 500 (the eager CPU worker skips the warm-up that allocates the later "
+            "stages' buffers): set vllm.enforce_eager: false"
+        )
     if profile.gated and not facts.hf_token:
         problems.append(
             f"{profile.model} is gated on Hugging Face and no token is set: accept its licence, "
