@@ -101,24 +101,27 @@ class ReadyQueues(Generic[Call]):
         return self.size
 
     def push(self, state: Call) -> None:
-        self.waiting.setdefault(state.step, deque()).append(state)
+        if state.step not in self.waiting:
+            self.waiting[state.step] = deque()
+            self.in_flight[state.step] = 0
+        self.waiting[state.step].append(state)
         self.size += 1
         self.clock = max(self.clock, state.ready_seq)
 
     def pop(self) -> Call:
         """The next call by policy; counted in flight for its step until `done`."""
-        queues = [
-            StepQueue(step, len(q), q[0].ready_seq, self.in_flight.get(step, 0))
-            for step, q in self.waiting.items()
-            if q
-        ]
-        if len(queues) == 1:
-            step = queues[0].step
+        steps = [step for step, q in self.waiting.items() if q]
+        if len(steps) == 1:  # the common case, and every OpenAI batch call: no choice to make
+            step = steps[0]
         else:
+            queues = [
+                StepQueue(s, len(self.waiting[s]), self.waiting[s][0].ready_seq, self.in_flight[s])
+                for s in steps
+            ]
             step = self.policy(ReadySet(queues, self.clock, self.max_wait))
         state = self.waiting[step].popleft()
         self.size -= 1
-        self.in_flight[step] = self.in_flight.get(step, 0) + 1
+        self.in_flight[step] += 1
         return state
 
     def done(self, step: str) -> None:
