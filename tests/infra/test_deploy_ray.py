@@ -132,8 +132,15 @@ def test_two_node_ray_cluster_forms_from_rendered_scripts(tmp_path, two_nodes):
         assert "did not join" not in log, log
         assert time.monotonic() < deadline, log
         time.sleep(3)
-    status = docker("exec", head, "ray", "status", timeout=300).stdout
-    active = status.split("Active:")[1].split("Pending:")[0]
+    # `ray status` shows the autoscaler's view, refreshed every few seconds: it can still list
+    # one node just after the GCS (what the head script asks) counts two. Poll it, bounded.
+    deadline = time.monotonic() + 120
+    while True:
+        status = docker("exec", head, "ray", "status", timeout=300).stdout
+        active = status.split("Active:")[1].split("Pending:")[0]
+        if active.count("node_") == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(3)
     assert active.count("node_") == 2, status
     worker_log = docker("exec", worker, "cat", "/tmp/ray-start.log").stdout
     assert "Ray runtime started" in worker_log
