@@ -171,6 +171,8 @@ def test_single_node_cpu_tiny_stack_answers(tmp_path, procs):
     answer = chat(procs[0].url, "tiny")
     assert answer["model"] == "tiny"
     assert answer["usage"]["completion_tokens"] >= 1
+    # the profile's --enable-prompt-tokens-details: per-call cached tokens for the report
+    assert isinstance(answer["usage"]["prompt_tokens_details"]["cached_tokens"], int)
     snapshot = fetch_metrics(procs[0].url)
     assert snapshot.prompt_tokens >= answer["usage"]["prompt_tokens"]
 

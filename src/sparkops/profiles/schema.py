@@ -36,6 +36,9 @@ class VllmArgs(BaseModel):
     limit_mm_per_prompt: dict[str, int] | None = None
     seed: int | None = None
     enforce_eager: bool = False
+    # Per-call cached tokens in `usage.prompt_tokens_details`: the batch report's per-step
+    # hit rate needs them. Not in the seed's command; on by default in every profile.
+    enable_prompt_tokens_details: bool = True
     extra_args: list[str] = Field(
         default_factory=list,
         description="Further vLLM flags, appended verbatim (for options the schema lacks).",

@@ -49,6 +49,8 @@ def engine_flags(profile: Profile) -> list[str]:
         flags += ["--seed", str(args.seed)]
     if args.enforce_eager:
         flags.append("--enforce-eager")
+    if args.enable_prompt_tokens_details:  # the kit's addition, after the seed's flags
+        flags.append("--enable-prompt-tokens-details")
     return flags + list(args.extra_args)
 
 
