@@ -5,7 +5,7 @@ from __future__ import annotations
 from sparkops.report.steps import StepTotals, diagnose, overall, verdict
 
 
-def totals(calls: int, prompt: int, cached: int | None, reusable: int) -> StepTotals:
+def totals(calls: int, prompt: int, cached: int | None, reusable: int | None) -> StepTotals:
     t = StepTotals()
     for _ in range(calls):
         t.add(prompt, cached, reusable)
@@ -13,14 +13,14 @@ def totals(calls: int, prompt: int, cached: int | None, reusable: int) -> StepTo
 
 
 def test_a_step_at_its_ceiling_is_told_to_change_its_prompts():
-    rows = diagnose({"screen": totals(10, 1000, 896, 896)}, have_ceiling=True)
+    rows = diagnose({"screen": totals(10, 1000, 896, 896)})
     assert rows[0]["hit_rate"] == rows[0]["ceiling"] == 0.896
     assert rows[0]["calls"] == 10 and rows[0]["prompt_tokens"] == 10_000
     assert "at its ceiling" in rows[0]["verdict"] and "prompt design" in rows[0]["verdict"]
 
 
 def test_a_step_far_below_its_ceiling_is_cache_pressure():
-    rows = diagnose({"detail": totals(4, 1000, 600, 900)}, have_ceiling=True)
+    rows = diagnose({"detail": totals(4, 1000, 600, 900)})
     v = rows[0]["verdict"]
     assert "30.0 points below its 90.0% ceiling lost to cache pressure" in v
     assert "--schedule step-aware" in v
@@ -35,13 +35,13 @@ def test_reusable_prefix_longer_than_a_prompt_counts_only_the_prompt():
 def test_missing_cached_tokens_says_how_to_get_them():
     t = totals(3, 500, 400, 384)
     t.add(500, None, 384)  # one call without usage details: the figure would be wrong
-    rows = diagnose({"confirm": t}, have_ceiling=True)
+    rows = diagnose({"confirm": t})
     assert rows[0]["hit_rate"] is None and rows[0]["cached_tokens"] is None
     assert "--enable-prompt-tokens-details" in rows[0]["verdict"]
 
 
 def test_without_a_prefix_probe_the_ceiling_is_unknown():
-    rows = diagnose({"screen": totals(2, 1000, 900, 0)}, have_ceiling=False)
+    rows = diagnose({"screen": totals(2, 1000, 900, None)})
     assert rows[0]["ceiling"] is None and "ceiling is unknown" in rows[0]["verdict"]
     assert overall(rows) is None
 
@@ -52,11 +52,10 @@ def test_overall_weights_steps_by_prompt_tokens_and_names_the_worst_step():
             "screen": totals(100, 3600, 3456, 3456),  # at ceiling, most of the tokens
             "detail": totals(100, 560, 100, 384),  # far below
         },
-        have_ceiling=True,
     )
     text = overall(rows)
     assert text is not None and "cache pressure (most in step detail)" in text
-    calm = diagnose({"screen": totals(5, 1000, 950, 960)}, have_ceiling=True)
+    calm = diagnose({"screen": totals(5, 1000, 950, 960)})
     assert "the cache keeps up" in (overall(calm) or "")
 
 

@@ -35,7 +35,6 @@ def load_dir(directory: Path) -> dict[str, Any]:
     records = done = errors = calls = 0
     done_calls = 0
     prompt = cached = completion = 0
-    ceiling_calls: list[tuple[int, int]] = []
     prefix = {}
     if (directory / PREFIX).exists():
         prefix = json.loads((directory / PREFIX).read_text(encoding="utf-8"))
@@ -64,8 +63,6 @@ def load_dir(directory: Path) -> dict[str, Any]:
             prompt += p
             cached += s.get("cached_tokens") or 0
             completion += s.get("completion_tokens") or 0
-            if s.get("step") in reusable and p:
-                ceiling_calls.append((reusable[s["step"]], p))
             if p:
                 name = str(s.get("step"))
                 per_step.setdefault(name, StepTotals()).add(
@@ -92,7 +89,6 @@ def load_dir(directory: Path) -> dict[str, Any]:
         "runs": dict(runs),
         "samples": samples,
         "prefix": prefix,
-        "ceiling_calls": ceiling_calls,
         "finals": dict(finals),
         "per_step": per_step,
         "schedules": schedules,
@@ -115,12 +111,12 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     use = [w for w in windows if w is not None] or None
     prompt_tps = rate_per_s(samples, "prompt_tokens", use) if use else None
     gen_tps = rate_per_s(samples, "generation_tokens", use) if use else None
-    ceil = ceiling(data["ceiling_calls"]) if data["ceiling_calls"] else None
+    # the job's ceiling from the same per-step sums (each already min(reusable, prompt))
+    per_step = data["per_step"].values()
+    probed = [(t.reusable_tokens, t.prompt_tokens) for t in per_step if t.ceiling_known]
+    ceil = ceiling(probed) if probed else None
     kv = gauge_max(samples, "kv_cache_usage")
-    steps = diagnose(
-        {k: v for k, v in data.get("per_step", {}).items() if v.calls},
-        have_ceiling=bool(data["prefix"]),
-    )
+    steps = diagnose({k: v for k, v in data["per_step"].items() if v.calls})
     return {
         "records": data["manifest"].get("total", data["records"]),
         "finished": data["records"],

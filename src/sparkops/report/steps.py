@@ -27,8 +27,10 @@ class StepTotals:
     cached_tokens: int = 0
     calls_with_cached: int = 0
     reusable_tokens: int = 0
+    calls_with_reusable: int = 0
 
     def add(self, prompt: int, cached: int | None, reusable: int | None) -> None:
+        """`reusable` is None when the step's prefix was not probed (no /tokenize at start)."""
         self.calls += 1
         self.prompt_tokens += prompt
         if cached is not None:
@@ -36,23 +38,31 @@ class StepTotals:
             self.calls_with_cached += 1
         if reusable is not None:
             self.reusable_tokens += min(reusable, prompt)
+            self.calls_with_reusable += 1
+
+    @property
+    def cached_known(self) -> bool:
+        return self.calls > 0 and self.calls_with_cached == self.calls
+
+    @property
+    def ceiling_known(self) -> bool:
+        return self.calls > 0 and self.calls_with_reusable == self.calls
 
 
-def diagnose(totals: Mapping[str, StepTotals], have_ceiling: bool) -> list[dict[str, Any]]:
+def diagnose(totals: Mapping[str, StepTotals]) -> list[dict[str, Any]]:
     """One row per step, in pipeline order as given: figures plus a one-sentence verdict."""
     rows = []
     for step, t in totals.items():
         if not t.prompt_tokens:
             continue
-        ceiling = _r(t.reusable_tokens / t.prompt_tokens) if have_ceiling else None
-        complete = t.calls_with_cached == t.calls
-        achieved = _r(t.cached_tokens / t.prompt_tokens) if complete else None
+        ceiling = _r(t.reusable_tokens / t.prompt_tokens) if t.ceiling_known else None
+        achieved = _r(t.cached_tokens / t.prompt_tokens) if t.cached_known else None
         rows.append(
             {
                 "step": step,
                 "calls": t.calls,
                 "prompt_tokens": t.prompt_tokens,
-                "cached_tokens": t.cached_tokens if complete else None,
+                "cached_tokens": t.cached_tokens if t.cached_known else None,
                 "hit_rate": achieved,
                 "ceiling": ceiling,
                 "verdict": verdict(step, achieved, ceiling),
