@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.plugins.vllm_server",
     "tests.plugins.hosts",
+    "tests.plugins.fault_server",
 ]

