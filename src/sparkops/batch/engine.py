@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from sparkops.batch import openai_batch
 from sparkops.batch.endpoints import Endpoint, EndpointPool
 from sparkops.batch.journal import Journal
 from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
@@ -97,6 +98,8 @@ class Engine:
         self.default_model = default_model
         self.stats = Stats()
         self._seq = 0
+        # OpenAI batch jobs: the kit's own per-request fields go to a side file (openai_batch)
+        self._meta = openai_batch.MetaWriter(journal.dir) if pipeline is None else None
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"Content-Type": "application/json"}
         if cfg.api_key:
@@ -110,6 +113,8 @@ class Engine:
             self._session = session
             await self._dispatch(items)
         self.journal.sync()
+        if self._meta is not None:
+            self._meta.close()
         return self.stats
 
     async def _dispatch(self, items: Iterator[Record | InputProblem]) -> None:
@@ -163,7 +168,7 @@ class Engine:
             if self.pipeline is None:
                 self._finish_openai(
                     RecordState(Record(item.id or "", item.line, {}), "request"),
-                    CallResult(400, None, item.message),
+                    CallResult(0, None, item.message),  # no HTTP answer: the line was not sent
                     custom_id=item.id,
                 )
             else:
@@ -254,33 +259,21 @@ class Engine:
     def _finish_openai(
         self, state: RecordState, result: CallResult, custom_id: str | None = ""
     ) -> None:
-        ok = result.error is None
-        out = {
-            "id": f"batch_req_{state.record.line}_{int(time.time() * 1000)}",
-            "custom_id": state.record.id if custom_id == "" else custom_id,
-            "response": {
-                "status_code": result.status,
-                "request_id": result.request_id,
-                "body": result.body if ok else None,
-            },
-            "error": None if ok else {"code": str(result.status), "message": result.error},
-            "line": state.record.line,
-            "t": round(time.time(), 3),
-            "run": self.cfg.run,
-        }
-        if result.body and ok:
-            usage = result.body.get("usage") or {}
-            out["steps"] = [
-                {
-                    "step": "request",
-                    "prompt_tokens": usage.get("prompt_tokens"),
-                    "completion_tokens": usage.get("completion_tokens"),
-                    "cached_tokens": (usage.get("prompt_tokens_details") or {}).get(
-                        "cached_tokens"
-                    ),
-                }
-            ]
-        self.journal.append(out)
+        """Journal an OpenAI batch output line (built by openai_batch), then its meta line."""
+        rid = state.record.id if custom_id == "" else custom_id
+        line = state.record.line
+        ok = openai_batch.is_success(result.status, result.body, result.error)
+        self.journal.append(
+            openai_batch.output_line(
+                rid, line, result.status, result.body, result.error, result.request_id
+            )
+        )
+        assert self._meta is not None
+        self._meta.append(
+            openai_batch.meta_line(
+                rid, line, ok, result.body, self.cfg.run, state.started, time.time()
+            )
+        )
         if ok:
             self.stats.done += 1
         else:

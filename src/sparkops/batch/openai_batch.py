@@ -1,0 +1,173 @@
+"""OpenAI batch output lines, exactly as the OpenAI Batch API and `vllm run-batch` write them.
+
+A user who hands the kit an OpenAI batch file expects `results.jsonl` to be an OpenAI batch
+output file: the same code that reads OpenAI's (or `vllm run-batch`'s) output must read ours.
+Per line (OpenAI's `BatchRequestOutput`):
+
+- `id` a string, `custom_id` the request's id;
+- `response`: `{status_code, request_id, body}` whenever the server answered over HTTP. A
+  success carries the server's JSON answer; an HTTP error (400, 401, 404, a 5xx after the
+  retries) carries the server's error body (`{"error": {...}}`) with `error: null`, as
+  OpenAI writes it. `request_id` is always a string: the server's when it gave one, else one
+  of ours;
+- `error`: `{code, message, line}` (the `openai` package's `BatchError`) only when there is no
+  HTTP answer to show: refused or dropped connections, timeouts, an input line that could not
+  be sent, an answer that was not a usable JSON object. `response` is then null.
+
+`vllm run-batch` differs in one respect: it puts an error answer in `error` and leaves
+`response.body` null; OpenAI's rule (body in `response`) is the documented one, and the one
+clients of the OpenAI API parse, so it is the one followed here.
+
+The kit's own fields (input line, times, run, token counts) stay out of that line. They go to
+a side file, `openai-meta.jsonl`, one line per finished request, written right after its
+results line: exactly once rests on `results.jsonl` alone (one write per record), and a kill
+between the two writes loses at most one record's timing, never a record. The report reads
+its times and token counts from the side file; status and resume read `results.jsonl` only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+META = "openai-meta.jsonl"
+
+
+def is_success(status: int, body: Any, error: str | None) -> bool:
+    """A request succeeded: a 2xx answer whose body is a JSON object, and no error."""
+    return error is None and 200 <= status < 300 and isinstance(body, dict)
+
+
+def output_line(
+    custom_id: str | None,
+    line: int,
+    status: int,
+    body: Any,
+    error: str | None,
+    request_id: Any = None,
+) -> dict[str, Any]:
+    """One OpenAI batch output line (pure; see the module docstring for the rules).
+
+    `status` is the HTTP status of the last answer, 0 when there was none; `error` the kit's
+    message for a failed request (None on success).
+    """
+    answered = status > 0 and not (200 <= status < 300 and error is not None)
+    response = None
+    if answered:
+        response = {
+            "status_code": status,
+            "request_id": str(request_id) if request_id else f"sparkops-{uuid.uuid4().hex}",
+            "body": body if isinstance(body, dict) else _error_body(status, error),
+        }
+    return {
+        "id": f"batch_req_{uuid.uuid4().hex}",
+        "custom_id": custom_id,
+        "response": response,
+        "error": None if answered else _error_object(status, error, line),
+    }
+
+
+def _error_body(status: int, message: str | None) -> dict[str, Any]:
+    """An OpenAI-shaped error body for an HTTP error whose own body was not a JSON object."""
+    return {
+        "error": {
+            "message": message or f"HTTP {status}",
+            "type": "http_error",
+            "param": None,
+            "code": str(status),
+        }
+    }
+
+
+def _error_object(status: int, message: str | None, line: int) -> dict[str, Any]:
+    """OpenAI's `BatchError` for a failure without an HTTP answer."""
+    text = message or "request failed"
+    if status:
+        code = "invalid_response"  # a 2xx that was not a usable answer
+    elif "timed out" in text:
+        code = "timeout"
+    elif "connection error" in text:
+        code = "connection_error"
+    else:
+        code = "invalid_request"  # the line could not become a request
+    return {"code": code, "message": text, "line": line}
+
+
+def is_ok(obj: dict[str, Any]) -> bool:
+    """Whether an OpenAI batch output line is a success (an HTTP error line has `error: null`
+    but a non-2xx `response.status_code`)."""
+    if obj.get("error") is not None:
+        return False
+    response = obj.get("response")
+    if not isinstance(response, dict):
+        return False
+    code = response.get("status_code")
+    return isinstance(code, int) and 200 <= code < 300
+
+
+def input_line(obj: dict[str, Any]) -> int | None:
+    """The input line an output line covers, when it says (failures without an answer do)."""
+    error = obj.get("error")
+    if isinstance(error, dict) and isinstance(error.get("line"), int):
+        return error["line"]
+    return None
+
+
+def meta_line(
+    custom_id: str | None,
+    line: int,
+    ok: bool,
+    body: Any,
+    run: int,
+    started: float | None,
+    now: float,
+) -> dict[str, Any]:
+    """The kit's own record of one request, for the report (times, run, token counts)."""
+    meta: dict[str, Any] = {
+        "custom_id": custom_id,
+        "line": line,
+        "ok": ok,
+        "t0": None if started is None else round(started, 3),
+        "t": round(now, 3),
+        "run": run,
+        "steps": [],
+    }
+    usage = body.get("usage") if ok and isinstance(body, dict) else None
+    if isinstance(usage, dict):
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        meta["steps"] = [
+            {
+                "step": "request",
+                "prompt_tokens": usage.get("prompt_tokens"),
+                "completion_tokens": usage.get("completion_tokens"),
+                "cached_tokens": cached,
+            }
+        ]
+    return meta
+
+
+class MetaWriter:
+    """Appends meta lines to the job's side file (opened on first use, 0600)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / META
+        self._fd: int | None = None
+
+    def append(self, obj: dict[str, Any]) -> None:
+        if self._fd is None:
+            from sparkops.batch.journal import open_private  # journal imports this module
+
+            self._fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
+        data = memoryview((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        while data:
+            data = data[os.write(self._fd, data) :]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
