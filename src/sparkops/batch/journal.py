@@ -17,19 +17,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkops.batch import openai_batch
 from sparkops.errors import UserError
 
 RESULTS = "results.jsonl"
 MANIFEST = "manifest.json"
 RUNS = "runs.jsonl"
 TIMELINE = "timeline.jsonl"
-_JOB_FILES = (RESULTS, MANIFEST, RUNS, TIMELINE, "report.json", "report.md", "throughput.png")
+_JOB_FILES = (
+    RESULTS,
+    MANIFEST,
+    RUNS,
+    TIMELINE,
+    openai_batch.META,
+    "report.json",
+    "report.md",
+    "throughput.png",
+)
 
 
 def line_key(obj: dict[str, Any], key_field: str) -> str:
     """The key a results line covers: the record id, or its input line for id-less errors."""
     rid = obj.get(key_field)
-    return str(rid) if rid is not None else f"\x00line:{obj.get('line')}"
+    if rid is not None:
+        return str(rid)
+    # an OpenAI output line keeps the kit's fields out: its error object names the line
+    return f"\x00line:{obj.get('line', openai_batch.input_line(obj))}"
 
 
 def open_private(path: Path, flags: int) -> int:
@@ -162,7 +175,7 @@ class Journal:
 def _is_ok(obj: dict[str, Any]) -> bool:
     if "status" in obj:
         return obj["status"] == "done"
-    return obj.get("error") is None  # OpenAI batch output line
+    return openai_batch.is_ok(obj)  # OpenAI batch output line: an HTTP error has error null
 
 
 def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sparkops.batch import openai_batch
 from sparkops.batch.journal import RESULTS, RUNS, iter_results, load_manifest
 
 
@@ -12,7 +13,7 @@ def job_status(directory: Path) -> dict[str, Any]:
     manifest = load_manifest(directory)
     done = errors = 0
     for obj in iter_results(directory / RESULTS):
-        ok = obj.get("status") == "done" if "status" in obj else obj.get("error") is None
+        ok = obj.get("status") == "done" if "status" in obj else openai_batch.is_ok(obj)
         done += ok
         errors += not ok
     runs = [r for r in iter_results(directory / RUNS) if r.get("event") == "start"]
