@@ -71,10 +71,12 @@ def test_csv_reader_and_custom_id_field(tmp_path):
 def test_openai_batch_files_are_detected_and_checked(tmp_path):
     p = tmp_path / "b.jsonl"
     ok = {"custom_id": "c1", "method": "POST", "url": "/v1/chat/completions", "body": {"x": 1}}
-    bad = {**ok, "custom_id": "c2", "url": "/v1/embeddings"}
-    p.write_text(json.dumps(ok) + "\n" + json.dumps(bad) + "\n")
+    bad = {**ok, "custom_id": "c2", "url": "/v1/images/generations"}
+    emb = {**ok, "custom_id": "c3", "url": "/v1/embeddings"}  # served as vllm run-batch does
+    p.write_text(json.dumps(ok) + "\n" + json.dumps(bad) + "\n" + json.dumps(emb) + "\n")
     assert detect_kind(p) == "openai"
-    a, b = read_records(p, "openai")
+    a, b, c = read_records(p, "openai")
+    assert c.id == "c3" and c.fields["url"] == "/v1/embeddings"
     assert (
         a.id == "c1"
         and isinstance(b, InputProblem)

@@ -93,12 +93,16 @@ def _read_jsonl(path: Path, id_field: str, kind: InputKind) -> Iterator[Record |
             yield Record(rid, n, obj)
 
 
+# What an OpenAI batch line may ask for (OpenAI's and `vllm run-batch`'s endpoints).
+OPENAI_URLS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+
+
 def _check_openai(obj: dict[str, Any], n: int) -> str | None:
     if obj.get("method", "POST") != "POST":
         return f"line {n}: method must be POST"
     url = obj.get("url", "")
-    if url not in ("/v1/chat/completions", "/v1/completions"):
-        return f"line {n}: url {url!r} not supported; use /v1/chat/completions or /v1/completions"
+    if url not in OPENAI_URLS:
+        return f"line {n}: url {url!r} not supported; use one of {', '.join(OPENAI_URLS)}"
     if not isinstance(obj.get("body"), dict):
         return f"line {n}: body must be a JSON object"
     if obj["body"].get("stream"):
