@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import jinja2
@@ -24,11 +25,15 @@ CLI_HEADER = (
 
 
 def templates_dir() -> Path:
-    """The repository's templates/ folder (SPARKOPS_TEMPLATES overrides, e.g. when installed)."""
+    """The package's own templates/ folder, so an installed wheel renders like the checkout.
+
+    The checkout's top-level `templates/` is a symlink to this folder. SPARKOPS_TEMPLATES
+    overrides it (to try edited templates without reinstalling).
+    """
     override = os.environ.get("SPARKOPS_TEMPLATES")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[3] / "templates"
+    return Path(str(resources.files("sparkops") / "templates"))
 
 
 @dataclass(frozen=True)
