@@ -223,7 +223,7 @@ def test_engine_spreads_over_endpoints_and_survives_a_dead_one(tmp_path, monkeyp
     dead = f"http://127.0.0.1:{free_port()}"
     responder = Responder({})
     _stats, results, pool = asyncio.run(
-        run_engine(tmp_path, responder, recs, concurrency=6, urls=[dead, "live"])
+        run_engine(tmp_path, responder, recs, concurrency=6, urls=[dead, "http://live"])
     )
     assert all(r["status"] == "done" for r in results.values()) and len(results) == 30
     assert pool.endpoints[0].sent >= 1 and pool.endpoints[1].sent >= 30

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from sparkops.batch import server
-from sparkops.batch.endpoints import EndpointPool
+from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats
 from sparkops.batch.journal import (
     RUNS,
@@ -27,10 +27,13 @@ from sparkops.batch.journal import (
     Journal,
     Manifest,
     append_json,
+    check_out_dir,
     iter_results,
-    open_private,
     prepare_dir,
+    write_json_atomic,
 )
+from sparkops.batch.limits import ensure_open_files
+from sparkops.batch.lock import lock_job_dir
 from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.records import detect_kind, read_records, scan_input
@@ -41,6 +44,9 @@ from sparkops.pipeline.prompt import build_messages
 from sparkops.pipeline.spec import PipelineSpec, load_pipeline
 
 PREFIX = "prefix.json"
+# The preflight's own requests are bounded: /v1/models must answer within this, and the
+# prefix probes (/tokenize, optional) share this budget, then the job runs without them.
+PREFLIGHT_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -99,6 +105,10 @@ def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, str, str | None]:
         )
     if cfg.max_wait is not None and cfg.max_wait < 1:
         raise UserError(f"--schedule-max-wait must be at least 1 (got {cfg.max_wait})")
+    for url in cfg.endpoints:
+        normalise_base(url)  # refuses a URL without http:// with the fix
+    check_out_dir(cfg.out)
+    ensure_open_files(cfg.concurrency, len(cfg.endpoints))
     api_key = None
     if cfg.api_key_env:
         api_key = os.environ.get(cfg.api_key_env)
@@ -139,8 +149,13 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
     )
     pool = EndpointPool.from_urls(cfg.endpoints)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side:
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side,
+        contextlib.AsyncExitStack() as held,
+    ):
         default_model, prefix = await _preflight(side, pool, spec, headers)
+        # one run per job directory (a second is refused naming this pid) until the end
+        held.enter_context(lock_job_dir(cfg.out))
         resumed = prepare_dir(cfg.out, manifest, cfg.restart)
         if prefix is not None:
             _write_json(cfg.out / PREFIX, prefix)
@@ -215,16 +230,30 @@ async def _preflight(
     spec: PipelineSpec | None,
     headers: dict[str, str],
 ) -> tuple[str | None, dict[str, Any] | None]:
-    """Check the endpoints serve the model; measure each step's shared prefix for the ceiling."""
+    """Check the endpoints serve the model; measure each step's shared prefix for the ceiling.
+
+    Every request here is bounded. /v1/models must answer like an OpenAI server (else one
+    line, exit 2). The prefix probes only feed the report's hit-rate ceiling, so a hanging
+    or odd /tokenize degrades to "no ceiling" with a note instead of stopping the job.
+    """
     base = pool.endpoints[0].base
     try:
-        models = await server.served_models(side, base, headers)
-    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as err:
+        async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
+            names = await server.served_models(side, base, headers)
+    except TimeoutError:
+        raise UserError(
+            f"{base}/v1/models did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s; check that "
+            "the server is not hung (its log, /health) and that --endpoint is right"
+        ) from None
+    except server.AnswerError as err:
+        raise UserError(
+            f"{base} does not answer like vLLM or LiteLLM: {err}; fix --endpoint"
+        ) from None
+    except (aiohttp.ClientError, OSError) as err:
         raise UserError(
             f"cannot reach {base}/v1/models ({type(err).__name__}); start the server "
             "(sparkops local up) or fix --endpoint"
         ) from None
-    names = [m.get("id") for m in models]
     if spec is not None and spec.model not in names:
         raise UserError(
             f"model {spec.model!r} is not served at {base} (serving {names}); "
@@ -233,26 +262,38 @@ async def _preflight(
     default_model = names[0] if names else None
     if spec is None:
         return default_model, None
-    text = await server.get_text(side, pool.endpoints[0].metrics_url, headers)
-    bs = server.block_size(text) if text else None
+    bs: int | None = None
     steps: dict[str, Any] = {}
     try:
-        for step in spec.steps:
-            a, b, fixed = probe_records(step)
-            toks = [
-                await server.tokenize(side, base, spec.model, build_messages(step, r), headers)
-                for r in (a, b, fixed)
-            ]
-            p = analyse_step(step, *toks, block_size=bs or 16)
-            steps[step.name] = {
-                "shared_tokens": p.shared_tokens,
-                "reusable_tokens": p.reusable_tokens,
-                "tail_tokens": p.tail_tokens,
-                "fixed_tokens": p.fixed_tokens,
-            }
-    except (aiohttp.ClientError, RuntimeError, KeyError, ValueError):
-        return default_model, {"block_size": bs, "steps": {}}
-    return default_model, {"block_size": bs, "steps": steps}
+        async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
+            text = await server.get_text(side, pool.endpoints[0].metrics_url, headers)
+            bs = server.block_size(text) if text else None
+            for step in spec.steps:
+                a, b, fixed = probe_records(step)
+                toks = [
+                    await server.tokenize(side, base, spec.model, build_messages(step, r), headers)
+                    for r in (a, b, fixed)
+                ]
+                p = analyse_step(step, *toks, block_size=bs or 16)
+                steps[step.name] = {
+                    "shared_tokens": p.shared_tokens,
+                    "reusable_tokens": p.reusable_tokens,
+                    "tail_tokens": p.tail_tokens,
+                    "fixed_tokens": p.fixed_tokens,
+                }
+    except TimeoutError:
+        note = f"{base}/tokenize did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s"
+    except server.AnswerError as err:
+        note = f"{base}{err}"
+    except (aiohttp.ClientError, OSError, ValueError) as err:
+        note = f"{base}/tokenize failed ({type(err).__name__})"
+    else:
+        return default_model, {"block_size": bs, "steps": steps}
+    print(
+        f"sparkops: warning: {note}; the job runs, but its report has no hit-rate ceiling",
+        file=sys.stderr,
+    )
+    return default_model, {"block_size": bs, "steps": {}, "note": note}
 
 
 async def _sample_once(
@@ -309,6 +350,5 @@ async def _sample_loop(
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    fd = open_private(path, os.O_WRONLY | os.O_TRUNC)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2)
+    """Job files are replaced atomically (never left empty or truncated by a crash)."""
+    write_json_atomic(path, obj)

@@ -5,10 +5,17 @@ Exactly once rests on three rules: a record is finished only when its line is in
 on start the file is scanned, a torn last line (power loss mid-write) is cut off, and every
 id already there is skipped. A record in flight when the client died has no line, so it is
 simply sent again.
+
+Every write goes through `write_all` (a short `os.write` is finished, never left as a torn
+line) and a full disk stops the job with one line (`JobStopped`, exit 1) instead of a
+traceback. Small job files (manifest, prefix) are replaced atomically, so a crash leaves
+the old file or the new one, never an empty or truncated one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import time
@@ -18,15 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from sparkops.batch import openai_batch
-from sparkops.errors import UserError
+from sparkops.errors import JobStopped, UserError
 
 RESULTS = "results.jsonl"
 MANIFEST = "manifest.json"
 RUNS = "runs.jsonl"
 TIMELINE = "timeline.jsonl"
+PREFIX = "prefix.json"
+LOCK = "lock"
 _JOB_FILES = (
     RESULTS,
     MANIFEST,
+    PREFIX,
     RUNS,
     TIMELINE,
     openai_batch.META,
@@ -34,6 +44,8 @@ _JOB_FILES = (
     "report.md",
     "throughput.png",
 )
+# Errors that mean "no room to write": the job stops (resumable) with one line.
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 def line_key(obj: dict[str, Any], key_field: str) -> str:
@@ -50,6 +62,100 @@ def open_private(path: Path, flags: int) -> int:
     fd = os.open(path, flags | os.O_CREAT, 0o600)
     os.fchmod(fd, 0o600)
     return fd
+
+
+def dumps_line(obj: dict[str, Any]) -> bytes:
+    """One JSON line, UTF-8.
+
+    Text is kept readable (ensure_ascii=False), but a lone surrogate (a JSON input may carry
+    `"\\ud800"` in an id or field) cannot be encoded as UTF-8; such a line is written with
+    \\u escapes instead, which is still valid UTF-8 JSON and reads back to the same string,
+    so that record can finish and be recognised on resume.
+    """
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(obj, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def write_all(fd: int, data: bytes, path: Path) -> None:
+    """Write every byte (os.write may write fewer); a full disk raises JobStopped.
+
+    The results file has one writer (the job directory is locked), so finishing a short
+    write with further writes still yields one whole line.
+    """
+    view = memoryview(data)
+    written = 0
+    try:
+        while view:
+            n = os.write(fd, view)
+            written += n
+            view = view[n:]
+    except OSError as err:
+        if written:  # take the partial line back, so the file holds whole lines only
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, os.fstat(fd).st_size - written)
+        raise stop_on_full_disk(err, path) from None
+
+
+def stop_on_full_disk(err: OSError, path: Path) -> Exception:
+    """The exception to raise for `err` while writing `path`: JobStopped for a full disk."""
+    if err.errno in _NO_SPACE:
+        return JobStopped(
+            f"cannot write {path}: {os.strerror(err.errno)}; free space on that disk (or "
+            "raise the quota), then run the same command again to resume (finished "
+            "records are kept)"
+        )
+    return err
+
+
+def fsync_fd(fd: int, path: Path) -> None:
+    """fsync, where a full disk (some file systems report it only here) stops the job."""
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        raise stop_on_full_disk(err, path) from None
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Replace `path` (0600) with `obj` as JSON: temp file, fsync, rename, fsync the folder.
+
+    A crash or a full disk leaves the previous file (or none), never an empty or truncated
+    one that every later run, status or report would trip over.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = (json.dumps(obj, indent=2) + "\n").encode("utf-8")
+    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
+    try:
+        write_all(fd, data, path)
+        fsync_fd(fd, path)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename durable (best effort: some file systems refuse fsync on a folder)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        os.fsync(fd)
+    os.close(fd)
+
+
+def read_json_file(path: Path) -> Any | None:
+    """The JSON in `path`, or None when it is empty, truncated or not JSON."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8-sig"))
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def repair_torn_tail(path: Path) -> int:
@@ -145,10 +251,9 @@ class Journal:
         self._last_sync = time.monotonic()
 
     def append(self, obj: dict[str, Any]) -> None:
-        """Write one finished record as a single line (one write call, so never interleaved)."""
+        """Write one finished record as a single line (a short write is finished, not torn)."""
         assert self._fd is not None
-        data = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-        os.write(self._fd, data)
+        write_all(self._fd, dumps_line(obj), self.path)
         self.done.add(line_key(obj, self.key_field))
         if _is_ok(obj):
             self.done_ok += 1
@@ -161,7 +266,7 @@ class Journal:
 
     def sync(self, now: float | None = None) -> None:
         if self._fd is not None and self._dirty:
-            os.fsync(self._fd)
+            fsync_fd(self._fd, self.path)
             self._dirty = False
         self._last_sync = time.monotonic() if now is None else now
 
@@ -178,25 +283,82 @@ def _is_ok(obj: dict[str, Any]) -> bool:
     return openai_batch.is_ok(obj)  # OpenAI batch output line: an HTTP error has error null
 
 
+def is_job_dir(directory: Path) -> bool:
+    """Whether `directory` holds (or held) a sparkops job: its manifest, results or lock."""
+    return any((directory / name).exists() for name in (MANIFEST, RESULTS, LOCK))
+
+
+def check_out_dir(directory: Path) -> None:
+    """Refuse an --out that is a file, or a non-empty folder that is not a job (read-only).
+
+    A job writes and, on --restart, moves files, which must never touch a user's own files.
+    """
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"--out {directory} is a file, not a folder; pass a new --out DIR")
+    if directory.is_dir() and not is_job_dir(directory):
+        entries = sorted(p.name for p in directory.iterdir())
+        if entries:
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise UserError(
+                f"--out {directory} is a folder that is not a sparkops job and not empty "
+                f"(it holds {shown}); pass a new or empty --out DIR"
+            )
+
+
+def ensure_job_dir(directory: Path) -> bool:
+    """Create the job directory (0700), or check an existing one; True when created here.
+
+    An existing empty folder is used with its mode left alone (the job's files are 0600 in
+    any case): only a folder made here is set to 0700.
+    """
+    check_out_dir(directory)
+    if directory.is_dir():
+        return False
+    try:
+        directory.mkdir(parents=True)
+    except FileExistsError:  # another run made it a moment ago
+        return False
+    except OSError as err:
+        raise UserError(
+            f"cannot create --out {directory} ({err.strerror}); pass a folder you can write"
+        ) from None
+    os.chmod(directory, 0o700)
+    return True
+
+
 def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
     """Create or check the job directory; returns True when resuming.
 
     A manifest that differs (other pipeline or input) is refused unless `restart`, in which
-    case the old files are moved to `previous-<time>/`, never deleted.
+    case the old files are moved to `previous-<time>/`, never deleted. An unreadable
+    manifest (empty or truncated by an older version or a crash) is rewritten when the job
+    has no results yet; with results it cannot prove they belong to this experiment, so the
+    user is told how to proceed either way.
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+    ensure_job_dir(directory)
     path = directory / MANIFEST
     current = manifest.to_json()
+    results = directory / RESULTS
     if path.exists():
-        old = json.loads(path.read_text(encoding="utf-8"))
+        old = read_json_file(path)
+        if not isinstance(old, dict):
+            if not restart and results.exists() and results.stat().st_size:
+                raise UserError(
+                    f"{path} is empty or corrupt, so it cannot show that the results in "
+                    f"{directory} come from this pipeline and input; if they do, delete "
+                    f"{path} and run the same command again to resume, otherwise pass "
+                    "--restart (old files kept under DIR/previous-<time>/)"
+                )
+            old = {} if restart else current
         changed = [
             k
             for k in ("pipeline_fingerprint", "input_fingerprint", "kind", "id_field")
             if old.get(k) != current[k]
         ]
         if not changed and not restart:
-            return (directory / RESULTS).exists()
+            if old is current:  # it was unreadable: regenerate it
+                write_json_atomic(path, current)
+            return results.exists()
         if changed and not restart:
             what = ", ".join(k.replace("_fingerprint", "") for k in changed)
             raise UserError(
@@ -204,30 +366,47 @@ def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
                 "experiments. Use a new --out DIR, or pass --restart to start over (the old "
                 "files are kept under DIR/previous-<time>/)"
             )
-        backup = directory / time.strftime("previous-%Y%m%dT%H%M%S")
-        backup.mkdir()
+        backup = _new_backup_dir(directory)
         for name in _JOB_FILES:
             if (directory / name).exists():
                 (directory / name).rename(backup / name)
-    elif restart and (directory / RESULTS).exists():
+    elif restart and results.exists():
         raise UserError(f"{directory} has results but no manifest; use a new --out DIR")
-    fd = open_private(path, os.O_WRONLY | os.O_TRUNC)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(current, fh, indent=2)
+    write_json_atomic(path, current)
     return False
 
 
+def _new_backup_dir(directory: Path) -> Path:
+    """A fresh `previous-<time>[-N]/` (two restarts within one second get distinct ones)."""
+    stem = time.strftime("previous-%Y%m%dT%H%M%S")
+    for n in range(1, 10_000):
+        backup = directory / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            backup.mkdir()
+        except FileExistsError:
+            continue
+        return backup
+    raise UserError(f"{directory} has too many previous-* folders; remove some")
+
+
 def load_manifest(directory: Path) -> dict[str, Any]:
+    """The job's manifest, for status and report; one line with the fix when unusable."""
     path = directory / MANIFEST
     if not path.exists():
         raise UserError(f"{directory} is not a sparkops job directory (no {MANIFEST}); check DIR")
-    return json.loads(path.read_text(encoding="utf-8"))
+    manifest = read_json_file(path)
+    if not isinstance(manifest, dict):
+        raise UserError(
+            f"{path} is empty or corrupt; run the job's `sparkops batch run` command again "
+            f"(after deleting {path}) to rewrite it, then retry"
+        )
+    return manifest
 
 
 def append_json(path: Path, obj: dict[str, Any]) -> None:
     """Append one line to a small side file (runs, timeline), 0600."""
     fd = open_private(path, os.O_WRONLY | os.O_APPEND)
     try:
-        os.write(fd, (json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        write_all(fd, dumps_line(obj), path)
     finally:
         os.close(fd)

@@ -3,6 +3,9 @@
 Inputs can hold half a million records, so they are read line by line and never loaded
 whole. A bad line (not JSON, no id) does not stop the job: it becomes an `InputProblem`
 with its line number, which the journal writes as that record's error.
+
+Files are read as "utf-8-sig": a byte-order mark (Excel and Notepad write one) is not part
+of the first line, so record 1 is not an error and an OpenAI batch file is still one.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def detect_kind(path: Path) -> InputKind:
     """csv by extension; JSONL whose first object has custom_id+body is an OpenAI batch file."""
     if path.suffix.lower() == ".csv":
         return "csv"
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
+    with path.open("r", encoding="utf-8-sig", errors="replace") as fh:
         for raw in fh:
             if raw.strip():
                 try:
@@ -68,7 +71,7 @@ def read_records(
 
 
 def _read_jsonl(path: Path, id_field: str, kind: InputKind) -> Iterator[Record | InputProblem]:
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
+    with path.open("r", encoding="utf-8-sig", errors="replace") as fh:
         for n, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue
@@ -111,7 +114,7 @@ def _check_openai(obj: dict[str, Any], n: int) -> str | None:
 
 
 def _read_csv(path: Path, id_field: str) -> Iterator[Record | InputProblem]:
-    with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
+    with path.open("r", encoding="utf-8-sig", errors="replace", newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None or id_field not in reader.fieldnames:
             raise UserError(
@@ -122,7 +125,7 @@ def _read_csv(path: Path, id_field: str) -> Iterator[Record | InputProblem]:
             n = reader.line_num
             if None in row:
                 yield InputProblem(
-                    n, f"line {n}: more values than header columns", row.get(id_field)
+                    n, f"line {n}: more values than header columns", row.get(id_field) or None
                 )
                 continue
             rid = row.get(id_field)
@@ -145,7 +148,8 @@ def scan_input(path: Path, kind: InputKind, id_field: str) -> InputScan:
     """Count records, hash the file and find duplicate ids, in one streaming pass.
 
     Run before any request: a duplicated id would make "exactly once" ambiguous, so the
-    job is refused up front rather than half-way through.
+    job is refused up front rather than half-way through. Every id that can be read counts,
+    including those of lines that will become record errors.
     """
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -156,9 +160,13 @@ def scan_input(path: Path, kind: InputKind, id_field: str) -> InputScan:
     total = 0
     for item in read_records(path, kind, id_field):
         total += 1
-        if isinstance(item, Record):
-            if item.id in seen:
-                dups.append((item.id, item.line))
-            else:
-                seen.add(item.id)
+        # A malformed line that carries an id (a CSV row with an extra value, an OpenAI line
+        # that fails validation) is journalled under that id, so it counts: left out, it
+        # would make a real record with the same id look "already finished".
+        if item.id is None:
+            continue
+        if item.id in seen:
+            dups.append((item.id, item.line))
+        else:
+            seen.add(item.id)
     return InputScan(total, digest.hexdigest()[:16], dups)

@@ -41,6 +41,10 @@ async def get_text(session: aiohttp.ClientSession, url: str, headers: dict[str, 
         return None
 
 
+class AnswerError(ValueError):
+    """A server answered, but not as vLLM / an OpenAI-compatible server does."""
+
+
 async def tokenize(
     session: aiohttp.ClientSession,
     base: str,
@@ -48,18 +52,56 @@ async def tokenize(
     messages: list[dict[str, str]],
     headers: dict[str, str],
 ) -> list[int]:
-    """Token ids of a chat prompt exactly as the server will build it (chat template applied)."""
+    """Token ids of a chat prompt exactly as the server will build it (chat template applied).
+
+    Raises AnswerError for an HTTP error or an answer of another shape (a proxy, an older
+    server): the prefix analysis is optional, so the caller degrades instead of crashing.
+    """
     body = {"model": model, "messages": messages, "add_generation_prompt": True}
     async with session.post(base + "/tokenize", json=body, headers=headers) as resp:
-        data = await resp.json(content_type=None)
+        data = await _json(resp, "/tokenize")
         if resp.status != 200:
-            raise RuntimeError(f"/tokenize answered HTTP {resp.status}: {str(data)[:200]}")
-        return list(data["tokens"])
+            raise AnswerError(f"/tokenize answered HTTP {resp.status}: {str(data)[:200]}")
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in tokens
+    ):
+        raise AnswerError(f"/tokenize answered {_shape(data)}, not {{'tokens': [int, ...]}}")
+    return tokens
 
 
 async def served_models(
     session: aiohttp.ClientSession, base: str, headers: dict[str, str]
-) -> list[dict[str, Any]]:
+) -> list[str]:
+    """Names of the served models; AnswerError when the answer is not an OpenAI model list."""
     async with session.get(base + "/v1/models", headers=headers) as resp:
-        data = await resp.json(content_type=None)
-        return list(data.get("data") or [])
+        data = await _json(resp, "/v1/models")
+        if resp.status != 200:
+            hint = "; check --api-key-env" if resp.status in (401, 403) else ""
+            raise AnswerError(f"/v1/models answered HTTP {resp.status}{hint}")
+    models = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(models, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("id"), str) for m in models
+    ):
+        raise AnswerError(
+            f"/v1/models answered {_shape(data)}, not an OpenAI model list "
+            "({'data': [{'id': ...}]})"
+        )
+    return [m["id"] for m in models]
+
+
+async def _json(resp: aiohttp.ClientResponse, what: str) -> Any:
+    try:
+        return await resp.json(content_type=None)
+    except (ValueError, UnicodeDecodeError):
+        raise AnswerError(
+            f"{what} answered HTTP {resp.status} with a body that is not JSON"
+        ) from None
+
+
+def _shape(data: Any) -> str:
+    """A short description of what came back (never its content: it may echo a prompt)."""
+    if isinstance(data, dict):
+        keys = ", ".join(sorted(map(str, data))[:5])
+        return f"a JSON object with keys [{keys}]"
+    return f"a JSON {type(data).__name__}".replace("NoneType", "null")

@@ -64,6 +64,12 @@ async def check_pipeline(
             raise UserError(
                 f"cannot reach {base}/tokenize ({type(err).__name__}); start the server"
             ) from None
+        except TimeoutError:
+            raise UserError(
+                f"{base}/tokenize did not answer within 60 s; check the server's log"
+            ) from None
+        except server.AnswerError as err:
+            raise UserError(f"{base}: {err}; point --endpoint at a vLLM server") from None
     warnings = [w for s in steps for w in s.warnings]
     return {
         "pipeline": spec.name,
