@@ -92,6 +92,27 @@ BAD = {
         },
         ["runs on one host", "(s1, s2)", "pair-dp / pair-pp"],
     ),
+    "misspelt role variable": (
+        {
+            "all": {
+                "vars": {"sparkops_topology": "single"},
+                "children": {"sparks": {"hosts": {"s1": {"host_tuning_job_user": ["researcher"]}}}},
+            }
+        },
+        [
+            "Host s1: host_tuning_job_user is not a variable of the role host_tuning",
+            "did you mean host_tuning_job_users?",
+        ],
+    ),
+    "role variable of the wrong type": (
+        {
+            "all": {
+                "vars": {"sparkops_topology": "single", "qsfp_network_mtu": "9k"},
+                "children": {"sparks": {"hosts": {"s1": {}}}},
+            }
+        },
+        ["Host s1: qsfp_network_mtu is '9k' but must be a whole number"],
+    ),
 }
 
 

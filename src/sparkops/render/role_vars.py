@@ -1,0 +1,161 @@
+"""Role-prefixed inventory variables checked against the roles' own argument specs.
+
+Ansible ignores a variable no task reads, so `host_tuning_job_user:` (for
+`host_tuning_job_users:`) silently falls back to the default, and a value given as
+`-e qsfp_network_mtu=9000` arrives as a string that only fails deep inside a template, after
+files were changed. The inventory check (ansible/playbooks/validate_inventory.yml, through the
+filter in ansible/plugins/filter/sparkops_inventory.py) calls this module before any host is
+touched: a name under a role's prefix (role directory name + "_") must be declared in that
+role's meta/argument_specs.yml, and a declared value must be convertible to the declared type.
+
+Names a role sets itself at run time (`register:`, `set_fact:`) are accepted too, so a fact
+cache carrying them into a later run never trips the check.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Ansible's own spellings of booleans (ansible.module_utils.parsing.convert_bool).
+TRUE_WORDS = frozenset({"y", "yes", "on", "1", "true", "t"})
+FALSE_WORDS = frozenset({"n", "no", "off", "0", "false", "f"})
+# A value Ansible could not template at check time (it refers to a fact): its type is not judged.
+UNRESOLVED = object()
+
+
+@dataclass
+class RoleSpecs:
+    """Every role's declared options (name -> spec) and the names its tasks set."""
+
+    options: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    runtime: dict[str, set[str]] = field(default_factory=dict)
+
+    @property
+    def roles(self) -> list[str]:
+        """Role names, longest first, so the longest matching prefix wins."""
+        return sorted(self.options, key=len, reverse=True)
+
+    def role_of(self, name: str) -> str | None:
+        """The role whose prefix `name` carries, or None for a name no role owns."""
+        return next((role for role in self.roles if name.startswith(role + "_")), None)
+
+    def known(self, role: str) -> set[str]:
+        return set(self.options.get(role, {})) | self.runtime.get(role, set())
+
+
+def _yaml_files(folder: Path) -> list[Path]:
+    return sorted([*folder.glob("*.yml"), *folder.glob("*.yaml")]) if folder.is_dir() else []
+
+
+def _names_set_by(tasks: Any) -> set[str]:
+    """Variable names a task list registers or sets with set_fact (nested blocks included)."""
+    names: set[str] = set()
+    if isinstance(tasks, list):
+        for task in tasks:
+            names |= _names_set_by(task)
+    elif isinstance(tasks, dict):
+        if isinstance(tasks.get("register"), str):
+            names.add(tasks["register"])
+        for module in ("set_fact", "ansible.builtin.set_fact"):
+            if isinstance(tasks.get(module), dict):
+                names |= {k for k in tasks[module] if k != "cacheable"}
+        for key in ("block", "rescue", "always"):
+            names |= _names_set_by(tasks.get(key))
+    return names
+
+
+def load_role_specs(roles_dir: str | Path) -> RoleSpecs:
+    """Read meta/argument_specs.yml (every entry point) and the tasks of each role."""
+    specs = RoleSpecs()
+    for role_dir in sorted(Path(roles_dir).iterdir()):
+        spec_file = role_dir / "meta" / "argument_specs.yml"
+        if not spec_file.is_file():
+            continue
+        data = yaml.safe_load(spec_file.read_text()) or {}
+        options: dict[str, dict[str, Any]] = {}
+        for entry in (data.get("argument_specs") or {}).values():
+            options.update((entry or {}).get("options") or {})
+        specs.options[role_dir.name] = options
+        runtime: set[str] = set()
+        for file in _yaml_files(role_dir / "tasks") + _yaml_files(role_dir / "handlers"):
+            runtime |= _names_set_by(yaml.safe_load(file.read_text()))
+        specs.runtime[role_dir.name] = runtime
+    return specs
+
+
+def _type_problem(value: Any, spec: dict[str, Any]) -> str | None:
+    """Why `value` cannot be the spec's type (None when it can), in words for the user."""
+    kind = spec.get("type", "str")
+    text = value.strip().lower() if isinstance(value, str) else None
+    if kind == "int":
+        if isinstance(value, bool) or not (
+            isinstance(value, int) or (text is not None and text.lstrip("+-").isdigit())
+        ):
+            return "must be a whole number"
+    elif kind == "float":
+        if isinstance(value, bool):
+            return "must be a number"
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return "must be a number"
+    elif kind == "bool":
+        spelled = isinstance(value, bool) or text in TRUE_WORDS | FALSE_WORDS
+        if not spelled and not (isinstance(value, int) and value in (0, 1)):
+            return "must be true or false"
+    elif kind == "list":
+        if not isinstance(value, list | tuple):
+            return "must be a list (in YAML, or as JSON with -e '{\"name\": [...]}')"
+    elif kind == "dict":
+        if not isinstance(value, dict):
+            return "must be a mapping (in YAML, or as JSON with -e '{\"name\": {...}}')"
+    elif kind in ("str", "path") and isinstance(value, dict | list):
+        return "must be a single value, not a list or mapping"
+    choices = spec.get("choices")
+    if choices and not isinstance(value, list | dict) and str(value) not in map(str, choices):
+        return "must be one of " + ", ".join(map(str, choices))
+    return None
+
+
+def nearest(name: str, candidates: set[str], prefix: str = "") -> str | None:
+    """The declared name closest to a misspelt one (difflib), or None when none is close.
+
+    The shared role prefix is left out of the comparison: it would make every name look close.
+    """
+    tails = {c[len(prefix) :]: c for c in candidates if c.startswith(prefix)}
+    close = difflib.get_close_matches(name[len(prefix) :], sorted(tails), n=1, cutoff=0.6)
+    return tails[close[0]] if close else None
+
+
+def role_variable_problems(host_vars: dict[str, Any], specs: RoleSpecs) -> list[str]:
+    """One sentence per unknown role-prefixed name or mistyped value, in name order."""
+    problems: list[str] = []
+    for name in sorted(host_vars):
+        role = specs.role_of(name)
+        if role is None:
+            continue
+        known = specs.known(role)
+        if name not in known:
+            guess = nearest(name, set(specs.options[role]), role + "_")
+            hint = f"did you mean {guess}?" if guess else "no declared variable is close"
+            problems.append(
+                f"{name} is not a variable of the role {role} ({hint}); a misspelt name is "
+                f"ignored by Ansible, so fix or remove it (the declared names are in "
+                f"ansible/roles/{role}/meta/argument_specs.yml)"
+            )
+            continue
+        spec = specs.options[role].get(name)
+        if spec is None or host_vars[name] is None or host_vars[name] is UNRESOLVED:
+            continue
+        why = _type_problem(host_vars[name], spec)
+        if why is not None:
+            problems.append(
+                f"{name} is {host_vars[name]!r} but {why} (ansible/roles/{role}/meta/"
+                "argument_specs.yml); fix it in the inventory or in -e"
+            )
+    return problems
