@@ -93,8 +93,14 @@ def free_ports(count: int = 1, host: str = HOST) -> int:
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
-    """True if nothing listens on host:port (checked by binding it)."""
+    """True if nothing listens on host:port (checked by binding it).
+
+    The probe binds with SO_REUSEADDR, as vLLM's own server (uvicorn) does: connections of a
+    server just stopped linger in TIME_WAIT for about a minute, and a plain bind would call the
+    port busy although vLLM can bind it. A live listener still makes the bind fail.
+    """
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
