@@ -187,18 +187,45 @@ def template_fields(template: str) -> list[str]:
         ) from err
 
 
+_PROMPT_FILE_EXT = re.compile(r"\.(txt|md|markdown|prompt|text|j2|jinja2?)$", re.IGNORECASE)
+_ONE_TOKEN_PATH = re.compile(r"^[\w.~/\\-]+$")
+
+
+def looks_like_path(text: str) -> bool:
+    """Whether a `system:` value names a file rather than being the prompt itself.
+
+    A prompt is a sentence; a file name is one token. So: a single line that is one token of
+    path characters (`prompts/screen`, `screen.prompt`, `screen_prompt`; but not
+    `Classify.` or `yes/no?`), or any single line ending in a prompt-file extension
+    (`my prompts/screen.txt`). Such a value that names no file is an error, never sent as
+    the prompt text.
+    """
+    if "\n" in text or not text.strip() or len(text) >= 300:
+        return False
+    text = text.strip()
+    if _PROMPT_FILE_EXT.search(text):
+        return True
+    return bool(_ONE_TOKEN_PATH.match(text)) and not text.endswith(".")
+
+
 def _resolve_system(text: str, base: Path) -> str:
-    """`system` is a path relative to the YAML, or inline text."""
-    if "\n" not in text and text.strip() and len(text) < 300:
-        candidate = (base / text).resolve()
-        if candidate.is_file():
-            return candidate.read_text(encoding="utf-8")
-        if re.search(r"\.(txt|md|prompt)$", text):
+    """`system` is a path relative to the YAML, or inline text (see looks_like_path)."""
+    if not looks_like_path(text):
+        return text
+    candidate = (base / Path(text.strip()).expanduser()).resolve()
+    if candidate.is_file():
+        try:
+            return candidate.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as err:
+            reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
             raise UserError(
-                f"system prompt file {text!r} not found next to the pipeline ({base}); "
-                "create it or write the prompt inline"
-            )
-    return text
+                f"system prompt file {candidate} cannot be read ({reason}); fix the file"
+            ) from None
+    where = "is a folder, not a file" if candidate.is_dir() else "was not found"
+    raise UserError(
+        f"system: {text.strip()!r} names a prompt file, but {candidate} {where}; create the "
+        "file (relative to the pipeline YAML), or write the prompt inline as a sentence"
+    )
 
 
 def load_pipeline(path: str | Path) -> PipelineSpec:
