@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from sparkops.errors import JobStopped, UserError
+from sparkops.errors import Interrupted, JobStopped, UserError
 
 # One line per command family; each module defines register(subparsers).
 COMMAND_MODULES = [
@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"sparkops: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:
+        print(f"sparkops: {err}", file=sys.stderr)
+        return err.exit_status
     except JobStopped as err:
         print(f"sparkops: error: {err}", file=sys.stderr)
         return 1

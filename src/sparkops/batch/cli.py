@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
+import traceback
 from pathlib import Path
 
 from sparkops.batch.job import JobConfig, run_job
+from sparkops.batch.journal import open_private
 from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.batch.status import job_status
+from sparkops.errors import JobStopped, UserError
+
+CRASH_LOG = "crash.log"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +60,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--request-timeout", type=float, default=600.0, help="seconds per request (default 600)"
     )
     run.add_argument(
-        "--retry-for", type=float, default=1800.0, help="give up on a call after retrying this long"
+        "--retry-for",
+        type=_positive_float,
+        default=1800.0,
+        help="stop the job (resumable, exit 1) when calls fail and no endpoint has answered for "
+        "this many seconds; a call retried this long while others succeed becomes a record "
+        "error (default 1800)",
+    )
+    run.add_argument(
+        "--fail-fast",
+        type=_non_negative_int,
+        default=20,
+        metavar="N",
+        help="stop (resumable, exit 1) when the first N calls all fail with one cause, without "
+        "recording them as finished; 0 turns this off (default 20)",
     )
     run.add_argument(
         "--sample-interval", type=float, default=5.0, help="seconds between /metrics samples"
@@ -68,6 +88,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        return _run_job(args)
+    except (UserError, JobStopped):
+        raise
+    except Exception as err:  # a bug: one line here, the traceback in the job directory
+        raise JobStopped(_crash_line(args.out, err)) from None
+
+
+def _crash_line(out: Path, err: Exception) -> str:
+    """Keep a crash's traceback in DIR/crash.log (0600: it may quote record text) and say
+    where; what was journalled stays, so the same command resumes once the bug is fixed."""
+    where = "the job directory could not hold crash.log"
+    try:
+        fd = open_private(out / CRASH_LOG, os.O_WRONLY | os.O_APPEND)
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
+            fh.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+            fh.write("".join(traceback.format_exception(err)))
+        where = f"traceback in {out / CRASH_LOG}"
+    except OSError:
+        pass
+    return (
+        f"internal error ({type(err).__name__}); finished records are kept and the same "
+        f"command resumes; please report it ({where})"
+    )
+
+
+def _run_job(args: argparse.Namespace) -> int:
     summary = run_job(
         JobConfig(
             input=args.input,
@@ -84,6 +131,7 @@ def _run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             policy=args.schedule,
             max_wait=args.schedule_max_wait,
+            fail_fast=args.fail_fast,
         )
     )
     rpm = f"{summary.records_per_min:,.0f}" if summary.records_per_min else "-"
@@ -92,7 +140,33 @@ def _run(args: argparse.Namespace) -> int:
         f"{summary.out}: {summary.done} done, {summary.errors} errors, {summary.skipped} already "
         f"finished, {summary.calls} calls, {rpm} records/min, prefix cache hit {hit}"
     )
-    return 0
+    if summary.job_errors:
+        cause, count = summary.causes[0] if summary.causes else ("unknown", summary.job_errors)
+        print(
+            f"{summary.out}: finished with {summary.job_errors} record error(s) of "
+            f"{summary.job_done + summary.job_errors}; commonest cause ({count}x): {cause}"
+        )
+    return summary.exit_status
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more (got {value})")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 (got {text})")
+    return value
 
 
 def _status(args: argparse.Namespace) -> int:

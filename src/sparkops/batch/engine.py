@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from sparkops.batch.endpoints import Endpoint, EndpointPool
 from sparkops.batch.journal import Journal
 from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
 from sparkops.batch.records import InputProblem, Record
-from sparkops.batch.retry import backoff_delay, is_retryable
+from sparkops.batch.retry import backoff_delay, error_cause, is_retryable, retry_after_seconds
 from sparkops.pipeline.parse import parse_answer
 from sparkops.pipeline.prompt import RecordError, build_request
 from sparkops.pipeline.route import next_step
@@ -39,6 +40,23 @@ class CallResult:
     body: dict[str, Any] | None
     error: str | None
     request_id: str | None = None
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a job stopped before its input was done (every unfinished record resumes).
+
+    kind: "signal" (SIGINT/SIGTERM; `signum` set), "fail-fast" (the first calls all failed
+    with one cause) or "no-answer" (no endpoint answered for --retry-for seconds).
+    """
+
+    kind: str
+    message: str
+    signum: int | None = None
+
+
+_STOP: Any = object()  # put in the completions queue to wake the dispatcher for a stop
 
 
 @dataclass
@@ -76,6 +94,8 @@ class EngineConfig:
     api_key: str | None = None
     run: int = 1
     max_wait: int | None = None
+    # Stop when the first this-many calls all fail with one cause (0: never).
+    fail_fast: int = 20
 
 
 class Engine:
@@ -98,6 +118,17 @@ class Engine:
         self.default_model = default_model
         self.stats = Stats()
         self._seq = 0
+        self.stop_reason: Stop | None = None
+        self.causes: Counter[str] = Counter()  # error cause -> records journalled with it
+        # Fail-fast: the first errors are held back (not journalled, so a re-run sends those
+        # records again) until a call succeeds or `fail_fast` of them share one cause.
+        self._held: list[tuple[str, Callable[[], None]]] | None = [] if cfg.fail_fast > 0 else None
+        # Job-level deadline: when calls fail and nothing has answered for retry_for, stop.
+        self._last_ok = time.monotonic()
+        self._failing = False
+        self._last_failure = ""
+        self._completions: asyncio.Queue | None = None
+        self._over = False  # the dispatcher has returned: a late stop() changes nothing
         # OpenAI batch jobs: the kit's own per-request fields go to a side file (openai_batch)
         self._meta = openai_batch.MetaWriter(journal.dir) if pipeline is None else None
         self._session: aiohttp.ClientSession | None = None
@@ -120,6 +151,7 @@ class Engine:
     async def _dispatch(self, items: Iterator[Record | InputProblem]) -> None:
         loop = asyncio.get_running_loop()
         completions: asyncio.Queue[asyncio.Task[tuple[RecordState, CallResult]]] = asyncio.Queue()
+        self._completions = completions
         ready = ReadyQueues(
             self.policy, self.cfg.max_wait or default_max_wait(self.cfg.concurrency)
         )
@@ -128,34 +160,120 @@ class Engine:
         )
         exhausted = False
         stats = self.stats
+        tasks: set[asyncio.Task[tuple[RecordState, CallResult]]] = set()
+        watchdog = loop.create_task(self._watchdog())
+        try:
+            while self.stop_reason is None:
+                while not exhausted and len(ready) + stats.in_flight < max_active:
+                    item = next(items, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    state = self._admit(item)
+                    if state is not None:
+                        ready.push(state)
+                    elif self.stop_reason is not None:
+                        return
+                while ready and stats.in_flight < self.cfg.concurrency:
+                    state = ready.pop()
+                    stats.in_flight += 1
+                    task = loop.create_task(self._call(state))
+                    tasks.add(task)
+                    task.add_done_callback(completions.put_nowait)
+                if stats.in_flight == 0 and not ready and exhausted:
+                    self._release_held()
+                    return
+                task = await completions.get()
+                while task is not _STOP:
+                    tasks.discard(task)
+                    stats.in_flight -= 1
+                    state, result = task.result()
+                    ready.done(state.step)
+                    nxt = self._advance(state, result)
+                    if nxt is not None:
+                        ready.push(nxt)
+                    if self.stop_reason is not None:
+                        return
+                    try:
+                        task = completions.get_nowait()
+                    except asyncio.QueueEmpty:
+                        break
+        finally:
+            # Stopped, interrupted or crashed: cancel what is in flight and wait for it, so
+            # no task outlives the HTTP session ("Session is closed") or dies unretrieved.
+            watchdog.cancel()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(watchdog, *tasks, return_exceptions=True)
+            stats.in_flight = 0
+            self._over = True
+
+    def stop(self, reason: Stop) -> None:
+        """Stop the job soon (signal handler, watchdog): in-flight calls are cancelled and
+        their records stay unfinished, so running the same command again sends them."""
+        if self._over:
+            return
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self._completions is not None:
+            self._completions.put_nowait(_STOP)
+
+    async def _watchdog(self) -> None:
+        """The job-level deadline: calls fail and no endpoint has answered for retry_for.
+
+        One clock for the whole job, so a dead server costs retry_for once, not once per
+        queued call.
+        """
+        period = min(1.0, max(0.05, self.cfg.retry_for / 20))
         while True:
-            while not exhausted and len(ready) + stats.in_flight < max_active:
-                item = next(items, None)
-                if item is None:
-                    exhausted = True
-                    break
-                state = self._admit(item)
-                if state is not None:
-                    ready.push(state)
-            while ready and stats.in_flight < self.cfg.concurrency:
-                state = ready.pop()
-                stats.in_flight += 1
-                task = loop.create_task(self._call(state))
-                task.add_done_callback(completions.put_nowait)
-            if stats.in_flight == 0 and not ready and exhausted:
+            await asyncio.sleep(period)
+            if self._no_answer():
+                self._stop_no_answer()
                 return
-            task = await completions.get()
-            while True:
-                stats.in_flight -= 1
-                state, result = task.result()
-                ready.done(state.step)
-                nxt = self._advance(state, result)
-                if nxt is not None:
-                    ready.push(nxt)
-                try:
-                    task = completions.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+
+    def _no_answer(self) -> bool:
+        return self._failing and time.monotonic() - self._last_ok >= self.cfg.retry_for
+
+    def _stop_no_answer(self) -> None:
+        self.stop(
+            Stop(
+                "no-answer",
+                f"no endpoint has answered for {self.cfg.retry_for:g} s (last: "
+                f"{self._last_failure}); start or fix the server, then run the same command "
+                "again to resume",
+            )
+        )
+
+    # ---- fail fast --------------------------------------------------------------------
+    def _fail(self, message: str, finish: Callable[[], None]) -> None:
+        """A record failed: journal it, or hold it back while fail-fast is still watching."""
+        cause = error_cause(message)
+        held = self._held
+        if held is None:
+            self.causes[cause] += 1
+            finish()
+            return
+        held.append((cause, finish))
+        if len(held) < self.cfg.fail_fast:
+            return
+        if len({c for c, _ in held}) == 1:
+            self.stop(
+                Stop(
+                    "fail-fast",
+                    f"the first {len(held)} calls all failed with the same cause: {cause}; "
+                    "none of them was recorded, so after fixing the cause the same command "
+                    "sends them again (--fail-fast 0 turns this check off)",
+                )
+            )
+            return
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """Fail-fast is over (a call succeeded, or the causes differ): journal held errors."""
+        held, self._held = self._held, None
+        for cause, finish in held or ():
+            self.causes[cause] += 1
+            finish()
 
     def _admit(self, item: Record | InputProblem) -> RecordState | None:
         """A new input item: journal input problems, skip finished ids, else make it ready."""
@@ -166,13 +284,19 @@ class Engine:
                 self.stats.skipped += 1
                 return None
             if self.pipeline is None:
-                self._finish_openai(
-                    RecordState(Record(item.id or "", item.line, {}), "request"),
-                    CallResult(0, None, item.message),  # no HTTP answer: the line was not sent
-                    custom_id=item.id,
+                self._fail(
+                    item.message,
+                    lambda: self._finish_openai(
+                        RecordState(Record(item.id or "", item.line, {}), "request"),
+                        CallResult(0, None, item.message),  # no HTTP answer: the line was not sent
+                        custom_id=item.id,
+                    ),
                 )
             else:
-                self._finish_error(item.id, item.line, item.message, [])
+                self._fail(
+                    item.message,
+                    lambda: self._finish_error(item.id, item.line, item.message, []),
+                )
             return None
         if item.id in j.done:
             self.stats.skipped += 1
@@ -183,13 +307,22 @@ class Engine:
 
     def _advance(self, state: RecordState, result: CallResult) -> RecordState | None:
         """Record the answer, route, and either re-queue the record or journal it."""
+        if result.error is not None:
+            if self.pipeline is None:
+                self._fail(result.error, lambda: self._finish_openai(state, result))
+            else:
+                err = result.error
+                self._fail(
+                    err,
+                    lambda: self._finish_error(
+                        state.record.id, state.record.line, err, state.steps, state.started
+                    ),
+                )
+            return None
+        if self._held is not None:
+            self._release_held()
         if self.pipeline is None:
             self._finish_openai(state, result)
-            return None
-        if result.error is not None:
-            self._finish_error(
-                state.record.id, state.record.line, result.error, state.steps, state.started
-            )
             return None
         step = self.pipeline.step(state.step)
         body = result.body or {}
@@ -296,16 +429,28 @@ class Engine:
                 self.stats.calls += 1
                 if conn_error is False:
                     self.pool.mark_up(ep)
+                self._last_ok = time.monotonic()
+                self._failing = False
                 return state, result
+            self._failing = True
+            self._last_failure = result.error or f"HTTP {result.status}"
             if conn_error:
                 self.pool.mark_down(ep)
             if time.monotonic() >= deadline:
+                if self._no_answer():
+                    # Nothing answered all this time: the job stops (this record resumes);
+                    # a record error here would finish every queued record as "gave up".
+                    self._stop_no_answer()
+                    return state, result
                 self.stats.calls += 1
                 return state, CallResult(
                     result.status, None, f"gave up after {attempt} attempts: {result.error}"
                 )
             self.stats.retries += 1
-            await asyncio.sleep(backoff_delay(attempt))
+            delay = backoff_delay(attempt)
+            if result.retry_after is not None and result.retry_after > delay:
+                delay = result.retry_after
+            await asyncio.sleep(delay)
 
     def _request(self, state: RecordState) -> tuple[str, dict[str, Any]]:
         rec = state.record
@@ -331,6 +476,7 @@ class Engine:
                 raw = await resp.read()
                 status = resp.status
                 rid = resp.headers.get("x-request-id")
+                retry_after = resp.headers.get("Retry-After") if status != 200 else None
         except (aiohttp.ClientError, OSError) as err:  # refused, reset, bad payload, ...
             return CallResult(0, None, f"connection error: {type(err).__name__}"), True, True
         except TimeoutError:
@@ -341,12 +487,38 @@ class Engine:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        if status == 200 and isinstance(body, dict):
-            return CallResult(200, body, None, body.get("id") or rid), False, False
+        if status == 200:
+            problem = _answer_problem(path, body)
+            if problem is None:
+                assert isinstance(body, dict)
+                return CallResult(200, body, None, body.get("id") or rid), False, False
+            if problem.startswith("HTTP 200 with a malformed choice"):
+                return CallResult(200, None, problem, rid), False, False
+            # No answer in it (a proxy's page, an empty object): a failed call, retried
+            return CallResult(200, None, problem), True, None
         message = _error_message(body, raw)
         if is_retryable(status):
-            return CallResult(status, None, f"HTTP {status}: {message}"), True, None
+            wait = retry_after_seconds(retry_after)
+            return CallResult(status, None, f"HTTP {status}: {message}", None, wait), True, None
         return CallResult(status, body, f"HTTP {status}: {message}", rid), False, False
+
+
+def _answer_problem(path: str, body: Any) -> str | None:
+    """What is wrong with a 200 answer's body, or None when it carries an answer.
+
+    A 200 without `choices` is not a decision (it used to be journalled as "unclear"): it
+    is retried like a 5xx. A `choices` element that is not an object is a record error.
+    """
+    if not isinstance(body, dict):
+        return "HTTP 200 with a body that is not a JSON object"
+    if path.endswith("/embeddings"):
+        return None if isinstance(body.get("data"), list) else "HTTP 200 without data"
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return "HTTP 200 without choices"
+    if not isinstance(choices[0], dict):
+        return "HTTP 200 with a malformed choice (not a JSON object)"
+    return None
 
 
 def _content(body: dict[str, Any]) -> str:
@@ -354,8 +526,13 @@ def _content(body: dict[str, Any]) -> str:
         choice = body["choices"][0]
     except (KeyError, IndexError, TypeError):
         return ""
-    msg = choice.get("message") or {}
-    return msg.get("content") or choice.get("text") or ""
+    if not isinstance(choice, dict):
+        return ""
+    msg = choice.get("message")
+    content = msg.get("content") if isinstance(msg, dict) else None
+    if not isinstance(content, str):
+        content = choice.get("text")
+    return content if isinstance(content, str) else ""
 
 
 def _error_message(body: Any, raw: bytes) -> str:

@@ -10,18 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from sparkops.batch import server
+from sparkops.batch import openai_batch, server
 from sparkops.batch.endpoints import EndpointPool, normalise_base
-from sparkops.batch.engine import Engine, EngineConfig, Stats
+from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
 from sparkops.batch.journal import (
+    RESULTS,
     RUNS,
     TIMELINE,
     Journal,
@@ -37,7 +40,8 @@ from sparkops.batch.lock import lock_job_dir
 from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.records import detect_kind, read_records, scan_input
-from sparkops.errors import UserError
+from sparkops.batch.retry import error_cause
+from sparkops.errors import Interrupted, JobStopped, UserError
 from sparkops.metrics.timeline import LiveHitRate
 from sparkops.pipeline.check import analyse_step, probe_records
 from sparkops.pipeline.prompt import build_messages
@@ -69,6 +73,7 @@ class JobConfig:
     progress: bool = True
     lookahead: int | None = None
     max_wait: int | None = None
+    fail_fast: int = 20
 
 
 @dataclass
@@ -87,6 +92,56 @@ class JobSummary:
     hit_rate: float | None
     resumed: bool
     extra: dict[str, Any] = field(default_factory=dict)
+    job_done: int = 0  # the whole job's finished records (every run), from the journal
+    job_errors: int = 0
+    causes: list[tuple[str, int]] = field(default_factory=list)  # the job's errors, commonest first
+
+    @property
+    def exit_status(self) -> int:
+        """0 every record done; 3 finished, but some records are errors (see `causes`)."""
+        return 3 if self.job_errors else 0
+
+
+# How long the last /metrics sample may take once the job is over (a hung server must not
+# hold the exit, Ctrl-C included).
+FINAL_SAMPLE_S = 5.0
+
+
+class _Signals:
+    """SIGINT / SIGTERM during a job: stop the engine (cancel in-flight calls, flush the
+    journal) instead of dying mid-write; before the engine runs, cancel the job's task."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.engine: Engine | None = None
+        self._task = asyncio.current_task()
+        self._installed: list[int] = []
+
+    def __enter__(self) -> _Signals:
+        loop = asyncio.get_running_loop()
+        for signum in self.SIGNALS:
+            try:
+                loop.add_signal_handler(signum, self._handle, signum)
+            except (ValueError, RuntimeError, NotImplementedError):
+                continue  # not the main thread (a library caller): leave signals alone
+            self._installed.append(signum)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in self._installed:
+            loop.remove_signal_handler(signum)
+
+    def _handle(self, signum: int) -> None:
+        if self.signum is not None:
+            return  # already stopping; the stop is bounded
+        self.signum = signum
+        if self.engine is not None:
+            self.engine.stop(Stop("signal", signal.Signals(signum).name, signum))
+        elif self._task is not None:
+            self._task.cancel()
 
 
 def run_job(cfg: JobConfig) -> JobSummary:
@@ -131,6 +186,23 @@ def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, str, str | None]:
 
 
 async def run_job_async(cfg: JobConfig) -> JobSummary:
+    """Run (or resume) a job. Raises UserError (exit 2) before any request, JobStopped
+    (exit 1) when the job stopped part-way, Interrupted (130/143) on SIGINT/SIGTERM."""
+    with _Signals() as signals:
+        try:
+            return await _run_job(cfg, signals)
+        except asyncio.CancelledError:
+            if signals.signum is None:
+                raise
+            name = signal.Signals(signals.signum).name
+            raise Interrupted(
+                f"interrupted ({name}) before any record was sent; run the same command "
+                "again to resume",
+                signals.signum,
+            ) from None
+
+
+async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     spec, kind, api_key = _validate(cfg)
     scan = scan_input(cfg.input, kind, cfg.id_field)
     if scan.duplicates:
@@ -183,6 +255,7 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
                 api_key,
                 run,
                 cfg.max_wait,
+                cfg.fail_fast,
             ),
             pool,
             journal,
@@ -190,6 +263,7 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
             POLICIES[cfg.policy],
             default_model,
         )
+        signals.engine = engine
         t0 = time.monotonic()
         live = LiveHitRate()
         view = ProgressView(engine.stats, scan.total, already, enabled=cfg.progress)
@@ -203,9 +277,26 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
-            await _sample_once(side, pool, headers, cfg, run, engine.stats, live)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    _sample_once(side, pool, headers, cfg, run, engine.stats, live),
+                    FINAL_SAMPLE_S,
+                )
             journal.close()
-            append_json(cfg.out / RUNS, {"event": "end", "run": run, "t": time.time()})
+            end: dict[str, Any] = {"event": "end", "run": run, "t": time.time()}
+            if engine.stop_reason is not None:
+                end["stopped"] = engine.stop_reason.kind
+            append_json(cfg.out / RUNS, end)
+    stop = engine.stop_reason
+    if stop is not None and stop.kind == "signal":
+        assert stop.signum is not None
+        raise Interrupted(
+            f"interrupted: {journal.done_ok} done, {journal.done_err} errors; run the same "
+            "command again to resume",
+            stop.signum,
+        )
+    if stop is not None:
+        raise JobStopped(f"stopped: {stop.message}")
     elapsed = time.monotonic() - t0
     st = engine.stats
     finished = st.done + st.errors
@@ -221,7 +312,36 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
         records_per_min=finished / elapsed * 60 if elapsed > 0 and finished else None,
         hit_rate=st.hit_rate,
         resumed=resumed,
+        job_done=journal.done_ok,
+        job_errors=journal.done_err,
+        causes=_job_causes(cfg.out / RESULTS).most_common() if journal.done_err else [],
     )
+
+
+def _job_causes(path: Path) -> Counter[str]:
+    """Every error line of the job (all runs) by cause: what the summary names."""
+    causes: Counter[str] = Counter()
+    for obj in iter_results(path):
+        message = _line_error(obj)
+        if message is not None:
+            causes[error_cause(message)] += 1
+    return causes
+
+
+def _line_error(obj: dict[str, Any]) -> str | None:
+    """The error a results line records (pipeline or OpenAI batch line), None for a success."""
+    if "status" in obj:
+        return None if obj["status"] == "done" else str(obj.get("error") or "error")
+    if openai_batch.is_ok(obj):
+        return None
+    error = obj.get("error")
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("code") or "error")
+    response = obj.get("response") if isinstance(obj.get("response"), dict) else {}
+    body = response.get("body")
+    detail = body.get("error") if isinstance(body, dict) else None
+    message = detail.get("message") if isinstance(detail, dict) else None
+    return f"HTTP {response.get('status_code')}: {message or ''}".rstrip(": ")
 
 
 async def _preflight(

@@ -1,10 +1,17 @@
-"""Backoff with full jitter, and which failures are worth retrying."""
+"""Backoff with full jitter, which failures are worth retrying, and what an error's cause is."""
 
 from __future__ import annotations
 
 import random
+import re
+import time
+from email.utils import parsedate_to_datetime
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# 5xx that say "this server will never do that": retrying cannot help.
+NEVER_RETRY = frozenset({501, 505})
+# The longest a Retry-After header may hold one call back (a bad header must not park a job).
+MAX_RETRY_AFTER = 300.0
 
 
 def backoff_delay(attempt: int, base: float = 0.5, cap: float = 20.0, rng=random.random) -> float:
@@ -17,5 +24,49 @@ def backoff_delay(attempt: int, base: float = 0.5, cap: float = 20.0, rng=random
 
 
 def is_retryable(status: int) -> bool:
-    """429 and 5xx are transient; other 4xx are the record's own error."""
-    return status in RETRY_STATUS or status >= 500
+    """429 and 5xx are transient; other 4xx are the record's own error, 501/505 permanent."""
+    return status in RETRY_STATUS or (status >= 500 and status not in NEVER_RETRY)
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header (delta seconds or an HTTP date) as seconds from now, capped.
+
+    The server knows when it will have room again; waiting less only earns another 429.
+    """
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds:  # NaN
+        return None
+    return min(MAX_RETRY_AFTER, max(0.0, seconds))
+
+
+_LINE = re.compile(r"^line \d+: ")
+_GAVE_UP = re.compile(r"^gave up after \d+ attempts: ")
+_HTTP = re.compile(r"^(HTTP \d{3})(.*)$", re.S)
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def error_cause(message: str) -> str:
+    """The cause an error message names, with what varies per record taken out.
+
+    Errors are grouped by cause for the summary ("commonest: HTTP 401 ... x 480") and for
+    fail-fast (the first calls all failed with one cause), so `line 12: ...`, attempt counts
+    and token counts must not make one cause look like many. Kept short: it is printed.
+    """
+    text = _LINE.sub("", message.strip())
+    text = _GAVE_UP.sub("", text)
+    http = _HTTP.match(text)
+    if http:
+        return http.group(1) + _NUMBER.sub("N", http.group(2))[:100]
+    return _NUMBER.sub("N", text)[:120]
