@@ -7,13 +7,19 @@ backends, and the ceiling = whole shared blocks over prompt tokens.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch.journal import RESULTS, RUNS, TIMELINE, iter_results, load_manifest
+from sparkops.batch.journal import (
+    RESULTS,
+    RUNS,
+    TIMELINE,
+    iter_results,
+    load_manifest,
+    read_json_file,
+)
 from sparkops.metrics.timeline import (
     combined_per_min,
     counter_total,
@@ -37,7 +43,9 @@ def load_dir(directory: Path) -> dict[str, Any]:
     prompt = cached = completion = 0
     prefix = {}
     if (directory / PREFIX).exists():
-        prefix = json.loads((directory / PREFIX).read_text(encoding="utf-8"))
+        # derived data, rewritten by every run: an unreadable one only drops the ceiling
+        loaded = read_json_file(directory / PREFIX)
+        prefix = loaded if isinstance(loaded, dict) else {}
     reusable = {k: v.get("reusable_tokens", 0) for k, v in (prefix.get("steps") or {}).items()}
     finals: dict[str, int] = defaultdict(int)
     per_step = {name: StepTotals() for name in reusable}
