@@ -150,3 +150,145 @@ def test_live_hit_rate_is_a_running_sum_over_backends():
     assert live.rate == pytest.approx(1700 / 2000)
     live.add("a", {"prefix_cache_queries": 10, "prefix_cache_hits": 10})  # a restart
     assert live.rate == pytest.approx(1710 / 2010)
+
+
+def make_job(tmp_path, runs, records=None, error_lines=0, samples=()):
+    """A job directory from `runs`: [(start, concurrency, finish_times), ...]."""
+    job = tmp_path / "job"
+    total = records or sum(len(ts) for _, _, ts in runs) + error_lines
+    prepare_dir(job, Manifest("p", "i", "in.jsonl", "jsonl", "id", total), restart=False)
+    n = 0
+    with (job / "results.jsonl").open("w") as fh:
+        for run, (start, concurrency, times) in enumerate(runs, start=1):
+            append_json(
+                job / "runs.jsonl",
+                {"event": "start", "run": run, "t": start, "concurrency": concurrency},
+            )
+            for t in times:
+                n += 1
+                ok = n > error_lines
+                fh.write(
+                    json.dumps(
+                        {
+                            "id": f"r{n}",
+                            "status": "done" if ok else "error",
+                            "final": "yes" if ok else None,
+                            "steps": [],
+                            "error": None if ok else "HTTP 401: no key",
+                            "t0": start,
+                            "t": t,
+                            "run": run,
+                        }
+                    )
+                    + "\n"
+                )
+    for s in samples:
+        append_json(job / "timeline.jsonl", s)
+    return job
+
+
+def test_a_run_no_longer_than_its_concurrency_reports_no_steady_rate(tmp_path):
+    # 200 records at --concurrency 1000: all admitted at once, answers come in a burst
+    times = [1000.0 + 50 * i / 200 for i in range(180)] + [1050.0 + i * 0.01 for i in range(20)]
+    job = make_job(tmp_path, [(1000.0, 1000, times)])
+    report = write_report(job)
+    assert report["records_per_min_steady"] is None
+    assert report["prompt_tokens_per_s"] is None
+    assert "too short for a steady state" in report["records_per_min_steady_reason"]
+    assert "200 records with --concurrency 1,000" in report["records_per_min_steady_reason"]
+    assert report["records_per_min"] == pytest.approx(200 / 50.19 * 60, rel=0.01)
+    md = (job / "report.md").read_text()
+    assert "| Records/min (steady, middle of run) | - |" in md
+    assert "Steady records/min: not measured: too short for a steady state" in md
+    on_disk = json.loads((job / "report.json").read_text())
+    assert on_disk["records_per_min_steady"] is None
+    assert on_disk["records_per_min_steady_reason"].startswith("too short")
+
+
+def test_a_run_longer_than_its_concurrency_has_a_steady_rate_and_a_short_resume_is_left_out(
+    tmp_path,
+):
+    first = [1000.0 + i for i in range(100)]  # 1 record/s, concurrency 10
+    resumed = [5000.0 + i * 0.01 for i in range(5)]  # 5 left, all admitted at once
+    job = make_job(tmp_path, [(1000.0, 10, first), (4999.0, 10, resumed)])
+    report = write_report(job)
+    assert report["records_per_min_steady"] == pytest.approx(60.0, rel=0.02)
+    assert report["records_per_min_steady_reason"] is None
+    assert "Steady records/min: not measured" not in (job / "report.md").read_text()
+
+
+def test_a_job_with_nothing_done_reports_no_records_per_min(tmp_path):
+    job = make_job(tmp_path, [(1000.0, 4, [1000.0 + i for i in range(30)])], error_lines=30)
+    report = write_report(job)
+    assert report["done"] == 0 and report["errors"] == 30
+    assert report["records_per_min"] is None and report["records_per_min_steady"] is None
+    assert "no record was done" in report["records_per_min_steady_reason"]
+    md = (job / "report.md").read_text()
+    assert "| Records/min (whole run) | - |" in md
+    assert "No record was done (30 errors), so no records/min is reported." in md
+
+
+def test_a_hit_rate_above_the_ceiling_is_explained_not_called_at_the_ceiling(tmp_path):
+    samples = [sample(1000, "a", 0, 0), sample(1040, "a", 10_000, 9_900)]
+    job = make_job(tmp_path, [(1000.0, 4, [1000.0 + i for i in range(40)])], samples=samples)
+    (job / "prefix.json").write_text(
+        json.dumps(
+            {
+                "block_size": 16,
+                "steps": {"s": dict(shared_tokens=970, reusable_tokens=962, tail_tokens=8)},
+            }
+        )
+    )
+    with (job / "results.jsonl").open("a") as fh:  # one step with per-call usage
+        fh.write(
+            json.dumps(
+                {
+                    "id": "x",
+                    "status": "done",
+                    "final": "yes",
+                    "t": 1040.0,
+                    "run": 1,
+                    "steps": [{"step": "s", "prompt_tokens": 1000, "cached_tokens": 990}],
+                }
+            )
+            + "\n"
+        )
+    report = write_report(job)
+    assert report["prefix_cache_hit_rate"] == 0.99
+    assert report["prefix_cache_hit_rate_ceiling"] == 0.962
+    note = report["prefix_cache_hit_rate_note"]
+    assert "2.8 points above the 96.2% that the shared prompt text allows" in note
+    assert "warm cache" in note
+    md = (job / "report.md").read_text()
+    assert "at its ceiling" not in md and "99.0% of 96.2%" not in md
+    assert note in md
+    assert "above the 96.2%" in report["steps"][0]["verdict"]
+    assert report["hit_rate_verdict"].startswith("Over the whole job: 99.0% of prompt tokens")
+
+
+def test_throughput_plot_draws_each_series_at_its_own_times_with_run_boundaries(tmp_path):
+    from sparkops.report.compute import load_dir
+    from sparkops.report.render import figure
+
+    # records every second, but /metrics sampled every 10 s: longer than a bucket (2.7 s)
+    first = [1000.0 + i for i in range(30)]
+    resumed = [1100.0 + i for i in range(10)]
+    samples = [sample(1000 + 10 * k, "a", 1000 * k, 800 * k) for k in range(4)]
+    samples += [sample(1100 + 10 * k, "a", 3000 + 1000 * k, 2400 + 500 * k, run=2) for k in (0, 1)]
+    job = make_job(tmp_path, [(1000.0, 2, first), (1099.0, 2, resumed)], samples=samples)
+    fig = figure(load_dir(job))
+    ax, ax2 = fig.axes
+    hit = next(line for line in ax2.get_lines() if line.get_label() == "prefix cache hit rate")
+    assert list(hit.get_xdata()) == [10.0, 20.0, 30.0, 110.0]
+    assert list(hit.get_ydata()) == pytest.approx([80.0, 80.0, 80.0, 50.0])
+    rate = next(line for line in ax.get_lines() if line.get_label().startswith("records/min"))
+    xs = list(rate.get_xdata())
+    assert len(xs) == 40 and xs[1] - xs[0] < 10  # buckets finer than the sampling interval
+    assert sum(rate.get_ydata()) * (xs[1] - xs[0]) / 60 == pytest.approx(40)  # every record
+    boundaries = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert [line.get_xdata()[0] for line in boundaries] == [99.0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[1:] == ["prefix cache hit rate", "resumed run starts"]
+    assert legend[0].startswith("records/min (per ")
+    write_report(job)
+    assert (job / "throughput.png").read_bytes()[:4] == b"\x89PNG"

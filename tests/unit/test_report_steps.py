@@ -62,3 +62,22 @@ def test_overall_weights_steps_by_prompt_tokens_and_names_the_worst_step():
 def test_verdict_when_design_loses_more_than_pressure():
     text = verdict("confirm", achieved=0.30, ceiling=0.55)
     assert "mostly prompt design, then cache pressure" in text
+
+
+def test_a_step_above_its_ceiling_is_explained_not_called_at_the_ceiling():
+    text = verdict("screen", achieved=0.99, ceiling=0.962)
+    assert "at its ceiling" not in text and "99.0% of 96.2%" not in text
+    assert "2.8 points above the 96.2% that the shared prompt text allows" in text
+    # within rounding of the ceiling is still "at its ceiling"
+    assert "at its ceiling" in verdict("screen", achieved=0.9624, ceiling=0.962)
+    rows = diagnose({"screen": totals(10, 1000, 990, 962)})
+    assert rows[0]["verdict"] == "screen: " + text.removeprefix("screen: ")
+    assert (overall(rows) or "").startswith("Over the whole job: 99.0% of prompt tokens")
+
+
+def test_a_step_a_little_above_its_ceiling_is_at_it_with_the_excess_named():
+    text = verdict("detail", achieved=0.97, ceiling=0.962)
+    assert "at its ceiling and 0.8 points over it (97.0% against 96.2%" in text
+    assert "97.0% of 96.2%" not in text and "share some text beyond the template" in text
+    rows = diagnose({"detail": totals(10, 1000, 970, 962)})
+    assert "the cache keeps up" in (overall(rows) or "")

@@ -130,38 +130,43 @@ def rate_per_s(
     return total / span if span > 0 else None
 
 
-def series_for_plot(
-    samples: Sequence[dict[str, Any]], finish_times: Sequence[float], bucket: float
-) -> dict[str, list[float]]:
-    """Records/min and hit rate per time bucket, from job start (for the throughput plot)."""
+def completion_rate_series(
+    finish_times: Sequence[float], start: float, bucket: float
+) -> tuple[list[float], list[float]]:
+    """Records/min per time bucket: (bucket centres in seconds since `start`, rates).
+
+    Plotted at its own times, independent of the metrics samples (see hit_rate_series).
+    """
     if not finish_times:
-        return {"t": [], "records_per_min": [], "hit_rate": []}
-    t0 = min(finish_times)
-    groups = series_by_backend(samples)
-    start = min([t0, *(g[0]["t"] for g in groups.values())]) if groups else t0
-    end = max(finish_times)
-    nb = max(1, int((end - start) // bucket) + 1)
+        return [], []
+    nb = max(1, int((max(finish_times) - start) // bucket) + 1)
     counts = [0] * nb
     for t in finish_times:
-        counts[min(nb - 1, int((t - start) // bucket))] += 1
-    hits = [0.0] * nb
-    queries = [0.0] * nb
-    for series in groups.values():
+        counts[min(nb - 1, max(0, int((t - start) // bucket)))] += 1
+    return [(i + 0.5) * bucket for i in range(nb)], [c / bucket * 60.0 for c in counts]
+
+
+def hit_rate_series(
+    samples: Sequence[dict[str, Any]], start: float
+) -> tuple[list[float], list[float]]:
+    """Hit rate between consecutive samples, summed over backends, at each sample's time.
+
+    One point per sampling interval in which the cache was queried. Bucketing it on the
+    records' clock instead left most buckets empty (and no line drawn) whenever the sampling
+    interval was longer than a bucket.
+    """
+    hits: dict[float, float] = defaultdict(float)
+    queries: dict[float, float] = defaultdict(float)
+    for series in series_by_backend(samples).values():
         for prev, cur in itertools.pairwise(series):
-            if "prefix_cache_queries" not in cur["v"] or "prefix_cache_queries" not in prev["v"]:
+            names = ("prefix_cache_queries", "prefix_cache_hits")
+            if not all(n in prev["v"] and n in cur["v"] for n in names):
                 continue
-            b = min(nb - 1, max(0, int((cur["t"] - start) // bucket)))
-            dq = counter_increase(
-                [prev["v"]["prefix_cache_queries"], cur["v"]["prefix_cache_queries"]]
-            )
-            dh = counter_increase([prev["v"]["prefix_cache_hits"], cur["v"]["prefix_cache_hits"]])
-            queries[b] += dq
-            hits[b] += dh
-    return {
-        "t": [i * bucket for i in range(nb)],
-        "records_per_min": [c / bucket * 60.0 for c in counts],
-        "hit_rate": [h / q if q > 0 else float("nan") for h, q in zip(hits, queries, strict=True)],
-    }
+            q = counter_increase([prev["v"][names[0]], cur["v"][names[0]]])
+            queries[cur["t"]] += q
+            hits[cur["t"]] += counter_increase([prev["v"][names[1]], cur["v"][names[1]]])
+    times = sorted(t for t, q in queries.items() if q > 0)
+    return [t - start for t in times], [hits[t] / queries[t] for t in times]
 
 
 class LiveHitRate:

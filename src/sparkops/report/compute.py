@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkops.batch import openai_batch
 from sparkops.batch.journal import (
     RESULTS,
     RUNS,
@@ -21,6 +23,7 @@ from sparkops.batch.journal import (
     read_json_file,
 )
 from sparkops.metrics.timeline import (
+    Window,
     combined_per_min,
     counter_total,
     gauge_max,
@@ -29,79 +32,112 @@ from sparkops.metrics.timeline import (
     steady_window,
 )
 from sparkops.pipeline.check import ceiling
-from sparkops.report.steps import StepTotals, diagnose, overall
+from sparkops.report.steps import (
+    ABOVE_POINTS,
+    StepTotals,
+    above_ceiling,
+    diagnose,
+    overall,
+)
 
 PREFIX = "prefix.json"
 
 
 def load_dir(directory: Path) -> dict[str, Any]:
-    """Everything the report needs, read once (results are reduced while streaming)."""
+    """Everything the report needs, read once (results are reduced while streaming).
+
+    Counts come from results.jsonl, the job's authority. Times, runs and token counts come
+    from the same lines for a pipeline job, and from openai-meta.jsonl for an OpenAI batch
+    job, whose output lines carry nothing but OpenAI's fields (see batch/openai_batch.py).
+    """
     manifest = load_manifest(directory)
-    finish: dict[Any, list[float]] = defaultdict(list)
-    records = done = errors = calls = 0
-    done_calls = 0
-    prompt = cached = completion = 0
     prefix = {}
     if (directory / PREFIX).exists():
         # derived data, rewritten by every run: an unreadable one only drops the ceiling
         loaded = read_json_file(directory / PREFIX)
         prefix = loaded if isinstance(loaded, dict) else {}
     reusable = {k: v.get("reusable_tokens", 0) for k, v in (prefix.get("steps") or {}).items()}
+    t = _Telemetry({name: StepTotals() for name in reusable}, reusable)
+    records = done = errors = 0
     finals: dict[str, int] = defaultdict(int)
-    per_step = {name: StepTotals() for name in reusable}
-    latencies: list[float] = []
     for obj in iter_results(directory / RESULTS):
         records += 1
-        ok = obj.get("status") == "done" if "status" in obj else obj.get("error") is None
-        steps = obj.get("steps") or []
-        calls += len(steps)
+        ok = obj.get("status") == "done" if "status" in obj else openai_batch.is_ok(obj)
         if ok:
             done += 1
-            done_calls += len(steps)
             if obj.get("final") is not None:
                 finals[str(obj["final"])] += 1
-            if obj.get("t0") is not None and "t" in obj:
-                latencies.append(obj["t"] - obj["t0"])
         else:
             errors += 1
-        if "t" in obj:
-            finish[obj.get("run")].append(obj["t"])
-        for s in steps:
-            p = s.get("prompt_tokens") or 0
-            prompt += p
-            cached += s.get("cached_tokens") or 0
-            completion += s.get("completion_tokens") or 0
-            if p:
-                name = str(s.get("step"))
-                per_step.setdefault(name, StepTotals()).add(
-                    p, s.get("cached_tokens"), reusable.get(name)
-                )
+        if "status" in obj or "t" in obj:  # a pipeline line (or an older OpenAI line)
+            t.add(obj, ok)
+    for meta in iter_results(directory / openai_batch.META):
+        t.add(meta, bool(meta.get("ok")))
     runs: dict[Any, dict[str, float]] = defaultdict(dict)
+    concurrency: dict[Any, int] = {}
     schedules: list[str] = []
     for r in iter_results(directory / RUNS):
         runs[r.get("run")][r.get("event", "")] = r.get("t")
         if r.get("event") == "start":
             schedules.append(r.get("schedule", "fifo"))
+            if isinstance(r.get("concurrency"), int):
+                concurrency[r.get("run")] = r["concurrency"]
     samples = list(iter_results(directory / TIMELINE))
     return {
         "manifest": manifest,
         "records": records,
         "done": done,
         "errors": errors,
-        "calls": calls,
-        "done_calls": done_calls,
-        "prompt": prompt,
-        "cached": cached,
-        "completion": completion,
-        "finish": dict(finish),
+        "calls": t.calls,
+        "done_calls": t.done_calls,
+        "prompt": t.prompt,
+        "cached": t.cached,
+        "completion": t.completion,
+        "finish": dict(t.finish),
         "runs": dict(runs),
+        "concurrency": concurrency,
         "samples": samples,
         "prefix": prefix,
         "finals": dict(finals),
-        "per_step": per_step,
+        "per_step": t.per_step,
         "schedules": schedules,
-        "latencies": latencies,
+        "latencies": t.latencies,
     }
+
+
+@dataclass
+class _Telemetry:
+    """Streaming sums of the kit's per-record fields (times, run, steps)."""
+
+    per_step: dict[str, StepTotals]
+    reusable: dict[str, int]
+    calls: int = 0
+    done_calls: int = 0
+    prompt: int = 0
+    cached: int = 0
+    completion: int = 0
+    finish: dict[Any, list[float]] = field(default_factory=lambda: defaultdict(list))
+    latencies: list[float] = field(default_factory=list)
+
+    def add(self, obj: dict[str, Any], ok: bool) -> None:
+        steps = obj.get("steps") or []
+        self.calls += len(steps)
+        if ok:
+            self.done_calls += len(steps)
+            if obj.get("t0") is not None and "t" in obj:
+                self.latencies.append(obj["t"] - obj["t0"])
+        if "t" in obj:
+            self.finish[obj.get("run")].append(obj["t"])
+        for s in steps:
+            p = s.get("prompt_tokens") or 0
+            self.prompt += p
+            self.cached += s.get("cached_tokens") or 0
+            self.completion += s.get("completion_tokens") or 0
+            if p:
+                name = str(s.get("step"))
+                self.per_step.setdefault(name, StepTotals()).add(
+                    p, s.get("cached_tokens"), self.reusable.get(name)
+                )
 
 
 def compute_report(data: dict[str, Any]) -> dict[str, Any]:
@@ -113,8 +149,13 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         start = data["runs"].get(run, {}).get("start", min(ts))
         span += max(ts) - start
     finished = sum(len(ts) for ts in finish.values())
-    windows = [steady_window(ts) for ts in finish.values()]
+    windows, steady_reason = steady_windows(finish, data.get("concurrency", {}))
     steady = combined_per_min(windows)
+    if data["done"] == 0:
+        steady = None
+        steady_reason = "no record was done, so there is no throughput to measure"
+    elif steady is None and steady_reason is None:
+        steady_reason = "too few records finished in any run to measure a steady state"
     # token rates and hit rate over the steady windows when there are any, else everything
     use = [w for w in windows if w is not None] or None
     prompt_tps = rate_per_s(samples, "prompt_tokens", use) if use else None
@@ -124,6 +165,7 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     probed = [(t.reusable_tokens, t.prompt_tokens) for t in per_step if t.ceiling_known]
     ceil = ceiling(probed) if probed else None
     kv = gauge_max(samples, "kv_cache_usage")
+    job_hit = hit_rate(samples)
     steps = diagnose({k: v for k, v in data["per_step"].items() if v.calls})
     return {
         "records": data["manifest"].get("total", data["records"]),
@@ -132,12 +174,14 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         "errors": data["errors"],
         "calls": data["calls"],
         "calls_per_record": round(data["done_calls"] / data["done"], 3) if data["done"] else None,
-        "records_per_min": _r(finished / span * 60 if span > 0 else None),
+        "records_per_min": _r(finished / span * 60 if span > 0 and data["done"] else None),
         "records_per_min_steady": _r(steady),
+        "records_per_min_steady_reason": steady_reason if steady is None else None,
         "prompt_tokens_per_s": _r(prompt_tps),
         "generation_tokens_per_s": _r(gen_tps),
-        "prefix_cache_hit_rate": _r(hit_rate(samples), 4),
+        "prefix_cache_hit_rate": _r(job_hit, 4),
         "prefix_cache_hit_rate_ceiling": _r(ceil, 4),
+        "prefix_cache_hit_rate_note": hit_rate_note(_r(job_hit, 4), _r(ceil, 4)),
         "cached_tokens_share": _r(data["cached"] / data["prompt"], 4) if data["prompt"] else None,
         "prompt_tokens_per_call": _r(data["prompt"] / data["calls"]) if data["calls"] else None,
         "completion_tokens_per_call": _r(data["completion"] / data["calls"])
@@ -156,6 +200,42 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         "wall_s": _r(span),
         "finals": data["finals"],
     }
+
+
+def steady_windows(
+    finish: dict[Any, list[float]], concurrency: dict[Any, int]
+) -> tuple[list[Window | None], str | None]:
+    """Each run's middle window, leaving out runs too short to have a steady state.
+
+    A run that finishes no more records than its concurrency admitted all of them at once:
+    nothing waits for a free slot, so the middle of its completion times is the burst of
+    answers at the end (the seed saw 739 records/min "steady" against 222 over the whole
+    run). Such a run has no steady state; the reason says so instead of a number.
+    """
+    windows: list[Window | None] = []
+    short: list[tuple[int, int]] = []
+    for run, ts in finish.items():
+        limit = concurrency.get(run)
+        if limit is not None and len(ts) <= limit:
+            short.append((len(ts), limit))
+            continue
+        windows.append(steady_window(ts))
+    if short and not any(w is not None for w in windows):
+        n, limit = max(short)
+        return windows, (
+            f"too short for a steady state: {n:,} records with --concurrency {limit:,} were all "
+            "admitted at once, so the middle of the run measures the burst of answers at the "
+            "end; give a run more records than its concurrency (or a lower --concurrency) to "
+            "measure it"
+        )
+    return windows, None
+
+
+def hit_rate_note(achieved: float | None, ceiling: float | None) -> str | None:
+    """A sentence when the job's hit rate beats the prompts' ceiling (see steps.above_ceiling)."""
+    if achieved is None or ceiling is None or (achieved - ceiling) * 100 <= ABOVE_POINTS:
+        return None
+    return "Prefix cache: " + above_ceiling(achieved, ceiling)
 
 
 def percentile(values: list[float], pct: float) -> float | None:

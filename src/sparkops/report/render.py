@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkops.batch.journal import open_private
-from sparkops.metrics.timeline import series_for_plot
+from sparkops.metrics.timeline import completion_rate_series, hit_rate_series
 from sparkops.report.compute import compute_report, load_dir
 
 ROWS = [
@@ -35,6 +35,7 @@ def markdown(report: dict[str, Any], name: str) -> str:
     for key, label, fmt in ROWS:
         value = report.get(key)
         lines.append(f"| {label} | {'-' if value is None else fmt.format(value)} |")
+    lines += _notes(report)
     if report.get("prefix_steps"):
         lines += [
             "",
@@ -50,6 +51,21 @@ def markdown(report: dict[str, Any], name: str) -> str:
     if report.get("steps"):
         lines += _steps_table(report["steps"], report.get("hit_rate_verdict"))
     return "\n".join(lines) + "\n"
+
+
+def _notes(report: dict[str, Any]) -> list[str]:
+    """Sentences for figures the table leaves out or that could mislead on their own."""
+    notes = []
+    if not report.get("done") and report.get("finished"):
+        notes.append(
+            f"No record was done ({report.get('errors', 0):,} errors), so no records/min "
+            "is reported."
+        )
+    elif reason := report.get("records_per_min_steady_reason"):
+        notes.append(f"Steady records/min: not measured: {reason}.")
+    if report.get("prefix_cache_hit_rate_note"):
+        notes.append(report["prefix_cache_hit_rate_note"])
+    return ["", *notes] if notes else []
 
 
 def _steps_table(steps: list[dict[str, Any]], summary: str | None) -> list[str]:
@@ -74,26 +90,67 @@ def _steps_table(steps: list[dict[str, Any]], summary: str | None) -> list[str]:
     return lines
 
 
-def plot(data: dict[str, Any], path: Path) -> None:
+def figure(data: dict[str, Any]) -> Any:
+    """The throughput plot as a matplotlib figure: records/min (per time bucket) and the
+    prefix cache hit rate (per sampling interval), each at its own times, with a legend and
+    a dashed line where a resumed run started (runs.jsonl start events)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    times = [t for ts in data["finish"].values() for t in ts]
-    span = (max(times) - min(times)) if times else 0
-    bucket = max(1.0, span / 40)
-    s = series_for_plot(data["samples"], times, bucket)
+    finish = [t for ts in data["finish"].values() for t in ts]
+    starts = sorted(
+        r["start"] for r in data["runs"].values() if isinstance(r.get("start"), (int, float))
+    )
+    sampled = [s["t"] for s in data["samples"] if s.get("v")]
+    origin = min([*finish, *starts, *sampled], default=0.0)
+    end = max([*finish, *sampled], default=origin)
+    bucket = max(1.0, (end - origin) / 40)
+    rate_t, rate = completion_rate_series(finish, origin, bucket)
+    hit_t, hit = hit_rate_series(data["samples"], origin)
     fig, ax = plt.subplots(figsize=(8, 4))
-    ax.plot(s["t"], s["records_per_min"], color="tab:blue", label="records/min")
-    ax.set_xlabel("seconds since start")
+    handles = ax.plot(
+        rate_t,
+        rate,
+        color="tab:blue",
+        marker="." if len(rate_t) < 30 else None,
+        label=f"records/min (per {bucket:,.0f} s)",
+    )
+    ax.set_xlabel("seconds since the job started")
     ax.set_ylabel("records/min", color="tab:blue")
+    ax.set_ylim(bottom=0)
     ax2 = ax.twinx()
-    ax2.plot(s["t"], [h * 100 for h in s["hit_rate"]], color="tab:orange", label="hit rate")
+    handles += ax2.plot(
+        hit_t,
+        [h * 100 for h in hit],
+        color="tab:orange",
+        marker="o",
+        markersize=3,
+        label="prefix cache hit rate" if hit_t else "prefix cache hit rate (no samples)",
+    )
     ax2.set_ylabel("prefix cache hit rate (%)", color="tab:orange")
     ax2.set_ylim(0, 100)
+    for i, t in enumerate(starts[1:]):
+        line = ax.axvline(
+            t - origin,
+            color="tab:gray",
+            linestyle="--",
+            linewidth=1,
+            label="resumed run starts" if i == 0 else "_nolegend_",
+        )
+        if i == 0:
+            handles.append(line)
+    ax.legend(handles=handles, loc="lower right", fontsize="small")
     ax.set_title("Throughput and prefix cache hit rate")
     fig.tight_layout()
+    return fig
+
+
+def plot(data: dict[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(data)
     fd = open_private(path, os.O_WRONLY | os.O_TRUNC)
     with os.fdopen(fd, "wb") as fh:
         fig.savefig(fh, format="png", dpi=100)
