@@ -70,7 +70,9 @@ def test_mcnemar_against_textbook_values():
 
 def test_kappa_edge_cases():
     assert cohen_kappa([]) is None
-    assert cohen_kappa([("a", "a"), ("a", "a")]) == 1.0
+    # one class in both runs: chance agreement is 1, kappa is 0/0 (undefined), not 1.000
+    assert cohen_kappa([("a", "a"), ("a", "a")]) is None
+    assert cohen_kappa([("a", "a"), ("b", "b")]) == 1.0
     assert cohen_kappa([("a", "b"), ("b", "a")]) == pytest.approx(-1.0)
 
 
@@ -142,3 +144,39 @@ def test_cli_table(tmp_path, capsys):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "70.0%" in out and "Changed decisions" in out
+
+
+def run_cli(*argv):
+    """The installed `sparkops` entry point in a subprocess: exit status and output as a user
+    sees them."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "import sys; from sparkops.cli import main; sys.exit(main())"]
+    return subprocess.run([*cmd, *argv], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_refuses_runs_with_no_record_in_common(tmp_path):
+    a = write_run(tmp_path / "a", rows_for({"1": "yes", "2": "no"}))
+    b = write_run(tmp_path / "b", rows_for({"3": "yes"}))
+    done = run_cli("compare", str(a), str(b))
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sparkops: error: no record is decided in both")
+    assert done.stdout == ""
+    # every record an error in one run: nothing paired either
+    errors = rows_for({"1": "yes"})
+    errors[0].update(status="error", final=None)
+    c = write_run(tmp_path / "c", errors)
+    assert run_cli("compare", str(a), str(c), "--json").returncode == 2
+
+
+def test_cli_shows_kappa_undefined_when_both_runs_give_one_class(tmp_path):
+    a = write_run(tmp_path / "a", rows_for({str(i): "yes" for i in range(5)}))
+    b = write_run(tmp_path / "b", rows_for({str(i): "Yes " for i in range(5)}))
+    table = run_cli("compare", str(a), str(b))
+    assert table.returncode == 0, table
+    assert "undefined" in table.stdout and "1.000" not in table.stdout
+    as_json = json.loads(run_cli("compare", str(a), str(b), "--json").stdout)
+    assert as_json["kappa"] is None and as_json["agreement"] == 1.0

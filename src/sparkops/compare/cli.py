@@ -11,6 +11,7 @@ from rich.table import Table
 
 from sparkops.compare.runs import RunDecisions, load_gold, load_run
 from sparkops.compare.stats import Comparison, compare_decisions
+from sparkops.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,6 +42,12 @@ def run_compare(args: argparse.Namespace) -> int:
     result = compare_decisions(
         run_a.decisions, run_b.decisions, gold=gold, positive=args.positive or ["yes"]
     )
+    if result.paired == 0:
+        raise UserError(
+            f"no record is decided in both runs ({run_a.path}: {len(run_a.decisions)} "
+            f"decisions, {run_b.path}: {len(run_b.decisions)}), so there is nothing to "
+            "compare; pass two runs over the same input whose records finished"
+        )
     if args.json:
         out = result.as_dict()
         out["runs"] = {
@@ -57,6 +64,12 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
+def _kappa(result: Comparison) -> str:
+    if result.kappa is not None:
+        return f"{result.kappa:.3f}"
+    return "undefined (both runs gave every record one and the same class)"
+
+
 def print_comparison(
     result: Comparison, run_a: RunDecisions, run_b: RunDecisions, show: int, console: Console
 ) -> None:
@@ -67,7 +80,7 @@ def print_comparison(
         "paired records", f"{result.paired} (only A: {result.only_a}, only B: {result.only_b})"
     )
     summary.add_row("agreement", _pct(result.agreement))
-    summary.add_row("Cohen's kappa", "n/a" if result.kappa is None else f"{result.kappa:.3f}")
+    summary.add_row("Cohen's kappa", _kappa(result))
     summary.add_row("changed decisions", str(len(result.changed)))
     test = result.mcnemar_decisions
     summary.add_row(

@@ -125,7 +125,12 @@ def mcnemar(b: int, c: int) -> McNemar:
 
 
 def cohen_kappa(pairs: list[tuple[str, str]]) -> float | None:
-    """Agreement beyond chance between two raters over the same items (None if undefined)."""
+    """Agreement beyond chance between two raters over the same items (None if undefined).
+
+    When both runs gave one and the same class to every record, chance agreement is 1 and
+    kappa is 0/0: undefined, not perfect agreement (nothing shows the runs can tell classes
+    apart). Reporting 1.000 there would read as a validation it is not.
+    """
     if not pairs:
         return None
     n = len(pairs)
@@ -134,7 +139,7 @@ def cohen_kappa(pairs: list[tuple[str, str]]) -> float | None:
     count_b = Counter(b for _, b in pairs)
     expected = sum(count_a[label] * count_b[label] for label in count_a) / (n * n)
     if expected == 1.0:
-        return 1.0 if observed == 1.0 else None
+        return None
     return (observed - expected) / (1.0 - expected)
 
 
