@@ -373,7 +373,7 @@ def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
     elif restart and results.exists():
         raise UserError(f"{directory} has results but no manifest; use a new --out DIR")
     write_json_atomic(path, current)
-    return False
+    return results.exists()  # results kept without a manifest (its fix above) are resumed
 
 
 def _new_backup_dir(directory: Path) -> Path:
