@@ -443,8 +443,8 @@ class Engine:
                     self._stop_no_answer()
                     return state, result
                 self.stats.calls += 1
-                return state, CallResult(
-                    result.status, None, f"gave up after {attempt} attempts: {result.error}"
+                return state, CallResult(  # the last answer's body (an OpenAI error line)
+                    result.status, result.body, f"gave up after {attempt} attempts: {result.error}"
                 )
             self.stats.retries += 1
             delay = backoff_delay(attempt)
@@ -499,7 +499,8 @@ class Engine:
         message = _error_message(body, raw)
         if is_retryable(status):
             wait = retry_after_seconds(retry_after)
-            return CallResult(status, None, f"HTTP {status}: {message}", None, wait), True, None
+            err_body = body if isinstance(body, dict) else None
+            return CallResult(status, err_body, f"HTTP {status}: {message}", rid, wait), True, None
         return CallResult(status, body, f"HTTP {status}: {message}", rid), False, False
 
 
