@@ -57,7 +57,8 @@ opens it again on the same port.
 Observations
 ------------
 `server.requests` Counter of completion requests per key (every attempt, including failed
-ones); `server.answered` Counter of 200 answers with choices per key; `server.paths` Counter of
+ones); `server.arrivals[key]` their arrival times (time.monotonic(), for backoff checks);
+`server.answered` Counter of 200 answers with choices per key; `server.paths` Counter of
 requests per path; `server.in_flight` / `server.max_in_flight` for completion calls;
 `server.url` ("http://127.0.0.1:PORT"), `server.openai_url` (".../v1"), `server.port`.
 """
@@ -69,6 +70,7 @@ import json
 import re
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -217,6 +219,7 @@ class FaultServer:
         self.content: str | Callable[[str, dict[str, Any]], str] = "no"
         self.default: Action = ok()
         self.requests: Counter[str] = Counter()
+        self.arrivals: dict[str, list[float]] = {}
         self.answered: Counter[str] = Counter()
         self.paths: Counter[str] = Counter()
         self.in_flight = 0
@@ -381,6 +384,7 @@ class FaultServer:
         match = MARKER.search(text)
         key = match.group(1) if match else ""
         self.requests[key] += 1
+        self.arrivals.setdefault(key, []).append(time.monotonic())
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:

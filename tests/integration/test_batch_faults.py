@@ -1,0 +1,290 @@
+"""`sparkops batch run` as a subprocess against the fault-injecting server.
+
+Every case asserts what a user would check: the exit status, every record exactly once in
+results.jsonl (or exactly the resumable remainder), no traceback or asyncio noise in the
+output, and a bounded wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.plugins.fault_server import (
+    FaultServer,
+    choice_not_object,
+    drop,
+    no_choices,
+    not_json,
+    ok,
+    slow,
+    status,
+    write_records,
+)
+
+pytestmark = pytest.mark.integration
+
+NOISE = ("Traceback", "Task exception", "Session is closed", "Unclosed", "was never retrieved")
+ONE_STEP = """\
+name: one
+model: tiny
+steps:
+  - name: screen
+    user: "Note: {text}\\nAnswer:"
+    max_tokens: 4
+    temperature: 0
+    parse: {choices: ["yes", "no"], default: unclear}
+    next: {"yes": stop, "no": stop, unclear: stop}
+"""
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> dict[str, Path]:
+    pipeline = tmp_path / "pipe.yaml"
+    pipeline.write_text(ONE_STEP)
+    return {"pipeline": pipeline, "input": tmp_path / "in.jsonl", "out": tmp_path / "job"}
+
+
+def command(job: dict[str, Path], server: FaultServer, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "sparkops.cli", "batch", "run", "--pipeline", str(job["pipeline"]),
+        "--input", str(job["input"]), "--out", str(job["out"]), "--endpoint", server.openai_url,
+        "--no-progress", "--sample-interval", "0.5", *extra,
+    ]  # fmt: skip
+
+
+def run(job, server, *extra, limit: float = 30.0) -> subprocess.CompletedProcess:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        command(job, server, *extra), capture_output=True, text=True, timeout=limit + 30
+    )
+    proc.elapsed = time.monotonic() - t0  # type: ignore[attr-defined]
+    assert proc.elapsed < limit, (proc.elapsed, proc.stderr)  # type: ignore[attr-defined]
+    for noise in NOISE:
+        assert noise not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return proc
+
+
+def rows(job) -> list[dict]:
+    path = job["out"] / "results.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [x for x in stderr.splitlines() if x.startswith("sparkops:")]
+
+
+def assert_exactly_once(job, ids: list[str]) -> dict[str, dict]:
+    got = rows(job)
+    assert Counter(r["id"] for r in got) == Counter(ids)
+    return {r["id"]: r for r in got}
+
+
+def test_every_call_401_stops_fast_without_journalling_then_resumes(job, fault_server):
+    ids = write_records(job["input"], 200)
+    fault_server.default = status(401, message="Invalid API key")
+    first = run(job, fault_server, "--concurrency", "8")
+    assert first.returncode == 1
+    (line,) = error_lines(first.stderr)
+    assert "the first 20 calls all failed" in line and "HTTP 401: Invalid API key" in line
+    assert rows(job) == []  # nothing finished: a re-run sends them again
+    assert sum(fault_server.requests.values()) < 40  # stopped, not burning the input
+    fault_server.default = ok()
+    second = run(job, fault_server, "--concurrency", "8")
+    assert second.returncode == 0, second.stderr
+    assert all(r["status"] == "done" for r in assert_exactly_once(job, ids).values())
+
+
+def test_a_step_field_the_records_lack_stops_before_any_request(job, fault_server):
+    write_records(job["input"], 50)
+    job["pipeline"].write_text(ONE_STEP.replace("{text}", "{summary}"))
+    proc = run(job, fault_server)
+    assert proc.returncode == 1
+    (line,) = error_lines(proc.stderr)
+    assert "all failed with the same cause" in line and "'summary'" in line
+    assert sum(fault_server.requests.values()) == 0 and rows(job) == []
+
+
+def test_fail_fast_off_finishes_with_errors_and_names_the_commonest_cause(job, fault_server):
+    ids = write_records(job["input"], 30)
+    fault_server.default = status(401)
+    for rid in ("r1", "r2"):
+        fault_server.script(rid, status(400, message="bad request 17"))
+    proc = run(job, fault_server, "--fail-fast", "0")
+    assert proc.returncode == 3, proc.stderr
+    assert "finished with 30 record error(s) of 30; commonest cause (28x): HTTP 401" in proc.stdout
+    assert all(r["status"] == "error" for r in assert_exactly_once(job, ids).values())
+    # a resume sends nothing and still says the job has errors
+    again = run(job, fault_server, "--fail-fast", "0")
+    assert again.returncode == 3 and "30 already finished, 0 calls" in again.stdout
+
+
+def test_early_errors_with_different_causes_are_journalled_and_the_job_goes_on(job, fault_server):
+    ids = write_records(job["input"], 40)
+    for i in range(1, 6):
+        fault_server.script(f"r{i}", status(400 + i))
+    proc = run(job, fault_server, "--concurrency", "1")
+    assert proc.returncode == 3
+    by_id = assert_exactly_once(job, ids)
+    assert [by_id[f"r{i}"]["status"] for i in range(1, 7)] == ["error"] * 5 + ["done"]
+
+
+def test_transient_failures_are_retried_and_permanent_ones_are_record_errors(job, fault_server):
+    ids = write_records(job["input"], 20)
+    fault_server.script("r3", status(503), status(500))
+    fault_server.script("r4", drop())
+    fault_server.script("r5", not_json())
+    fault_server.script("r6", no_choices(), no_choices())
+    fault_server.script("r7", status(429, retry_after=1.5))
+    fault_server.script("r8", status(501))
+    fault_server.script("r9", choice_not_object())
+    proc = run(job, fault_server)
+    assert proc.returncode == 3, proc.stderr
+    by_id = assert_exactly_once(job, ids)
+    requests = fault_server.requests
+    assert [requests[f"r{i}"] for i in range(3, 10)] == [3, 2, 2, 3, 2, 1, 1]
+    for rid in ("r3", "r4", "r5", "r6", "r7"):
+        assert by_id[rid]["status"] == "done" and by_id[rid]["final"] == "no"
+    assert by_id["r8"]["status"] == "error" and "HTTP 501" in by_id["r8"]["error"]
+    assert by_id["r9"]["status"] == "error" and "malformed choice" in by_id["r9"]["error"]
+    t = fault_server.arrivals["r7"]
+    assert t[1] - t[0] >= 1.4  # Retry-After: 1.5, not the 0-0.5 s first backoff
+
+
+def test_a_record_the_server_always_fails_gives_up_alone(job, fault_server):
+    ids = write_records(job["input"], 30)
+    fault_server.script("r5", *[status(500)] * 1000)
+    fault_server.default = slow(0.05)
+    proc = run(job, fault_server, "--retry-for", "2", "--concurrency", "2")
+    assert proc.returncode == 3, proc.stderr
+    by_id = assert_exactly_once(job, ids)
+    assert by_id["r5"]["status"] == "error" and "gave up after" in by_id["r5"]["error"]
+    assert sum(r["status"] == "done" for r in by_id.values()) == 29
+
+
+def test_the_only_server_dies_the_job_stops_once_then_resumes(job, fault_server):
+    ids = write_records(job["input"], 300)
+    fault_server.default = slow(0.05)
+    proc = subprocess.Popen(
+        command(job, fault_server, "--retry-for", "2", "--concurrency", "4"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(rows(job)) < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        fault_server.stop()
+        t_dead = time.monotonic()
+        _, stderr = proc.communicate(timeout=30)
+        waited = time.monotonic() - t_dead
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1
+    assert waited < 8  # one job-level deadline (2 s), not 2 s per queued call
+    (line,) = error_lines(stderr)
+    assert "no endpoint has answered for 2 s" in line and "run the same command again" in line
+    for noise in NOISE:
+        assert noise not in stderr
+    before = rows(job)
+    assert 20 <= len(before) < 300 and all(r["status"] == "done" for r in before)
+    fault_server.start()
+    fault_server.default = ok()
+    again = run(job, fault_server)
+    assert again.returncode == 0, again.stderr
+    assert_exactly_once(job, ids)
+
+
+def test_a_hung_server_with_health_up_stops_the_job_within_the_deadline(job, fault_server):
+    write_records(job["input"], 30)
+    fault_server.stall()
+    proc = run(job, fault_server, "--retry-for", "2", "--request-timeout", "1", limit=15)
+    assert proc.returncode == 1
+    assert "no endpoint has answered for 2 s" in proc.stderr and rows(job) == []
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_mid_job_cancels_flushes_and_a_resume_completes_once(
+    job, fault_server, signum, code
+):
+    ids = write_records(job["input"], 200)
+    fault_server.default = slow(0.2)
+    proc = subprocess.Popen(
+        command(job, fault_server, "--concurrency", "16"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(rows(job)) < 30 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        t_sig = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=30)
+        waited = time.monotonic() - t_sig
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code and waited < 6, (waited, stderr)
+    for noise in NOISE:
+        assert noise not in stdout + stderr
+    done = rows(job)
+    (line,) = error_lines(stderr)
+    assert line == (
+        f"sparkops: interrupted: {len(done)} done, 0 errors; run the same command again to resume"
+    )
+    assert 30 <= len(done) < 200 and len({r["id"] for r in done}) == len(done)
+    runs = [json.loads(x) for x in (job["out"] / "runs.jsonl").read_text().splitlines()]
+    assert runs[-1] == {**runs[-1], "event": "end", "stopped": "signal"}
+    fault_server.default = ok()
+    again = run(job, fault_server)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(done)} already finished" in again.stdout
+    assert_exactly_once(job, ids)
+
+
+def test_a_crash_is_one_line_and_the_traceback_goes_to_a_private_log(job, fault_server):
+    ids = write_records(job["input"], 40)
+    boom = (
+        "import sys, sparkops.batch.engine as e\n"
+        "orig = e.Engine._advance\n"
+        "def advance(self, state, result):\n"
+        "    if state.record.id == 'r25':\n"
+        "        raise RuntimeError('bug')\n"
+        "    return orig(self, state, result)\n"
+        "e.Engine._advance = advance\n"
+        "from sparkops.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    cmd = command(job, fault_server, "--concurrency", "4")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", boom, *cmd[3:]], capture_output=True, text=True, timeout=60
+    )
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 1
+    for noise in NOISE:
+        assert noise not in proc.stdout + proc.stderr
+    (line,) = error_lines(proc.stderr)
+    assert "internal error (RuntimeError)" in line and "crash.log" in line
+    log = job["out"] / "crash.log"
+    assert "RuntimeError: bug" in log.read_text()
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
+    assert "r25" not in {r["id"] for r in rows(job)}
+    again = run(job, fault_server)
+    assert again.returncode == 0, again.stderr
+    assert_exactly_once(job, ids)
