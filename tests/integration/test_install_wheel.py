@@ -1,0 +1,128 @@
+"""The kit installs like a normal Python tool: the wheel built from the sources, installed in a
+fresh venv outside the checkout, renders every example inventory exactly as the checkout does
+(templates and profiles travel inside the package)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORIES = sorted(p.name for p in (REPO / "inventory").iterdir() if p.is_dir())
+# Fixed secrets, so both renders write the same bytes (unset, a router key is generated).
+SECRETS = {"HF_TOKEN": "hf_test_token", "VLLM_API_KEY": "test-key", "LITELLM_MASTER_KEY": "sk-t"}
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """The environment a user's shell has: nothing that points Python or the kit at the checkout."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "SPARKOPS_TEMPLATES", "VIRTUAL_ENV", "PYTHONHOME")
+    }
+    return {**env, **extra}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`sparkops` from a wheel built from a copy of the sources (what an sdist holds), installed
+    in a new venv; the copy keeps the build's own folders out of the checkout."""
+    root = tmp_path_factory.mktemp("install")
+    source = root / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(
+        REPO / "src",
+        source / "src",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
+    wheels = root / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
+        env=_clean_env(),
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = wheels.glob("sparkops-*.whl")
+    target = root / "venv"
+    venv.EnvBuilder(with_pip=True).create(target)
+    install = subprocess.run(
+        [str(target / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=root,
+        env=_clean_env(),
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    return target
+
+
+def _files(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(f.relative_to(folder)): (f.read_bytes(), f.stat().st_mode & 0o777)
+        for f in sorted(folder.rglob("*"))
+        if f.is_file()
+    }
+
+
+def test_the_installed_kit_is_the_wheel_not_the_checkout(installed: Path, tmp_path: Path) -> None:
+    probe = subprocess.run(
+        [
+            str(installed / "bin" / "python"),
+            "-c",
+            "import sparkops, sparkops.render.templates as t; "
+            "print(sparkops.__file__); print(t.templates_dir())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=_clean_env(),
+    )
+    assert probe.returncode == 0, probe.stderr
+    module, templates = probe.stdout.splitlines()
+    assert Path(module).is_relative_to(installed)
+    assert Path(templates).is_relative_to(installed)
+    assert (Path(templates) / "serving" / "compose.yml.j2").is_file()
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_the_installed_kit_renders_each_example_as_the_checkout_does(
+    installed: Path, tmp_path: Path, inventory: str
+) -> None:
+    # inventory/local reads its model folder from SPARKOPS_CACHE (it must be absolute).
+    env = _clean_env(**SECRETS, SPARKOPS_CACHE=str(tmp_path / "cache"))
+    outputs = {}
+    for name, command in {
+        "wheel": [str(installed / "bin" / "sparkops")],
+        "checkout": [sys.executable, "-m", "sparkops.cli"],
+    }.items():
+        out = tmp_path / name
+        source = REPO / "inventory" / inventory
+        result = subprocess.run(
+            [*command, "render", "--inventory", str(source), "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path if name == "wheel" else REPO,
+            env=env,
+        )
+        assert result.returncode == 0, f"{name}: {result.stderr}"
+        assert "Traceback" not in result.stderr
+        outputs[name] = _files(out)
+    assert outputs["wheel"], "the installed kit rendered nothing"
+    assert any(path.endswith("compose.yml") for path in outputs["wheel"])
+    assert outputs["wheel"] == outputs["checkout"]
