@@ -95,7 +95,7 @@ def test_every_call_401_stops_fast_without_journalling_then_resumes(job, fault_s
     first = run(job, fault_server, "--concurrency", "8")
     assert first.returncode == 1
     (line,) = error_lines(first.stderr)
-    assert "the first 20 calls all failed" in line and "HTTP 401: Invalid API key" in line
+    assert "the first 20 records all failed" in line and "HTTP 401: Invalid API key" in line
     assert rows(job) == []  # nothing finished: a re-run sends them again
     assert sum(fault_server.requests.values()) < 40  # stopped, not burning the input
     fault_server.default = ok()

@@ -72,11 +72,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=_non_negative_int,
         default=20,
         metavar="N",
-        help="stop (resumable, exit 1) when the first N calls all fail with one cause, without "
-        "recording them as finished; 0 turns this off (default 20)",
+        help="stop (resumable, exit 1) when the first N records all fail with one cause (a "
+        "wrong API key, a field the records lack), without recording them as finished; 0 turns "
+        "this off (default 20)",
     )
     run.add_argument(
         "--sample-interval", type=float, default=5.0, help="seconds between /metrics samples"
+    )
+    run.add_argument(
+        "--stall-after",
+        type=float,
+        metavar="S",
+        help="an endpoint with calls in flight and no progress (no answer, its /metrics token "
+        "counters still) for S seconds is stalled: no new calls, its in-flight calls go to the "
+        "other endpoints, it is probed again later; with every endpoint stalled the job stops "
+        "(resumable, exit 1). Default: the longest of 120 s, 4 sample intervals and 3 times "
+        "the slowest answer so far; 0 turns this off",
     )
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
     run.set_defaults(func=_run)
@@ -132,6 +143,7 @@ def _run_job(args: argparse.Namespace) -> int:
             policy=args.schedule,
             max_wait=args.schedule_max_wait,
             fail_fast=args.fail_fast,
+            stall_after=args.stall_after,
         )
     )
     rpm = f"{summary.records_per_min:,.0f}" if summary.records_per_min else "-"

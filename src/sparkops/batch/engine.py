@@ -57,6 +57,8 @@ class Stop:
 
 
 _STOP: Any = object()  # put in the completions queue to wake the dispatcher for a stop
+# _post's result for a call cancelled because its endpoint stalled: _call sends it elsewhere
+_REROUTED = CallResult(0, None, "re-routed: its endpoint stalled")
 
 
 @dataclass
@@ -227,6 +229,8 @@ class Engine:
         period = min(1.0, max(0.05, self.cfg.retry_for / 20))
         while True:
             await asyncio.sleep(period)
+            if self.pool.stalls is not None and self._check_stalls():
+                return
             if self._no_answer():
                 self._stop_no_answer()
                 return
@@ -244,6 +248,25 @@ class Engine:
             )
         )
 
+    # ---- stalled endpoints (batch/stall.py decides; the pool cancels and re-routes) -----
+    def _check_stalls(self) -> bool:
+        """Take stalled endpoints out of rotation (their calls go elsewhere, see _post);
+        stop the job when every endpoint has stalled. True when it stopped."""
+        self.pool.check()
+        if not self.pool.all_stalled():
+            return False
+        assert self.pool.stalls is not None
+        self.stop(
+            Stop(
+                "stalled",
+                f"every endpoint stalled ({', '.join(self.pool.stalled_names())}): calls were "
+                f"in flight and nothing advanced for {self.pool.stalls.threshold:g} s (a hung "
+                "engine; /health may still answer); restart the server, then run the same "
+                "command again to resume",
+            )
+        )
+        return True
+
     # ---- fail fast --------------------------------------------------------------------
     def _fail(self, message: str, finish: Callable[[], None]) -> None:
         """A record failed: journal it, or hold it back while fail-fast is still watching."""
@@ -260,9 +283,9 @@ class Engine:
             self.stop(
                 Stop(
                     "fail-fast",
-                    f"the first {len(held)} calls all failed with the same cause: {cause}; "
-                    "none of them was recorded, so after fixing the cause the same command "
-                    "sends them again (--fail-fast 0 turns this check off)",
+                    f"the first {len(held)} records all failed with the same cause: {cause}; "
+                    "none of them was recorded as finished, so once the cause is fixed the "
+                    "same command sends them again (--fail-fast 0 turns this check off)",
                 )
             )
             return
@@ -425,6 +448,9 @@ class Engine:
             attempt += 1
             ep = self.pool.pick()
             result, retry, conn_error = await self._post(ep, url_path, payload)
+            if result is _REROUTED:  # its endpoint stalled: send it to another one now
+                attempt -= 1
+                continue
             if not retry:
                 self.stats.calls += 1
                 if conn_error is False:
@@ -469,20 +495,30 @@ class Engine:
         assert self._session is not None
         ep.outstanding += 1
         ep.sent += 1
+        started = time.monotonic()
+        self.pool.call_started(ep, started)  # stall watch: this task has a call in flight here
+        answered = False
         try:
             async with self._session.post(
                 ep.base + path, data=payload, headers=self._headers
             ) as resp:
                 raw = await resp.read()
+                answered = True
                 status = resp.status
                 rid = resp.headers.get("x-request-id")
                 retry_after = resp.headers.get("Retry-After") if status != 200 else None
+        except asyncio.CancelledError:
+            if not self.pool.take_reroute(asyncio.current_task()):
+                raise  # the job is stopping
+            return _REROUTED, True, None  # cancelled because the endpoint stalled
         except (aiohttp.ClientError, OSError) as err:  # refused, reset, bad payload, ...
             return CallResult(0, None, f"connection error: {type(err).__name__}"), True, True
         except TimeoutError:
             return CallResult(0, None, "timed out"), True, None
         finally:
             ep.outstanding -= 1
+            now = time.monotonic()
+            self.pool.call_ended(ep, now, answered, now - started)
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
