@@ -137,3 +137,17 @@ def test_the_kit_s_fields_go_to_the_side_file_not_the_line(tmp_path):
     path = tmp_path / openai_batch.META
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [json.loads(x)["custom_id"] for x in path.read_text().splitlines()] == ["c1", "c2"]
+
+
+def test_a_full_disk_while_writing_the_side_file_stops_the_job_with_one_line(tmp_path):
+    import os
+
+    from sparkops.errors import JobStopped
+
+    writer = openai_batch.MetaWriter(tmp_path)
+    writer._fd = os.open("/dev/full", os.O_WRONLY)  # a real device: every write is ENOSPC
+    try:
+        with pytest.raises(JobStopped, match=r"No space left on device.*run the same command"):
+            writer.append(openai_batch.meta_line("c1", 1, False, None, 1, None, 1.0))
+    finally:
+        os.close(writer._fd)

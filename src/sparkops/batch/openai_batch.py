@@ -27,7 +27,6 @@ its times and token counts from the side file; status and resume read `results.j
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from pathlib import Path
@@ -151,23 +150,29 @@ def meta_line(
 
 
 class MetaWriter:
-    """Appends meta lines to the job's side file (opened on first use, 0600)."""
+    """Appends meta lines to the job's side file (opened on first use, 0600).
+
+    Written like results.jsonl (journal.write_all: short writes finished, a full disk stops
+    the job with one line), and fsynced when the run ends.
+    """
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / META
         self._fd: int | None = None
 
     def append(self, obj: dict[str, Any]) -> None:
-        if self._fd is None:
-            from sparkops.batch.journal import open_private  # journal imports this module
+        from sparkops.batch import journal  # journal imports this module
 
-            self._fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
-        data = memoryview((json.dumps(obj, separators=(",", ":")) + "\n").encode())
-        while data:
-            data = data[os.write(self._fd, data) :]
+        if self._fd is None:
+            self._fd = journal.open_private(self.path, os.O_WRONLY | os.O_APPEND)
+        journal.write_all(self._fd, journal.dumps_line(obj), self.path)
 
     def close(self) -> None:
         if self._fd is not None:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
+            from sparkops.batch import journal
+
+            fd, self._fd = self._fd, None
+            try:
+                journal.fsync_fd(fd, self.path)
+            finally:
+                os.close(fd)
