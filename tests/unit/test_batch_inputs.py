@@ -428,3 +428,17 @@ def test_system_file_without_extension_is_read_and_inline_sentences_stay_text(tm
     p.write_text(PIPE.format(system="prompts"))
     with pytest.raises(UserError, match="is a folder, not a file"):
         load_pipeline(p)
+
+
+def test_damaged_results_lines_are_skipped_and_their_records_resent(tmp_path):
+    (tmp_path / RESULTS).write_bytes(
+        b'{"id":"a","status":"done"}\n'
+        b'{"id":"b","sta\xff\xfe"}\n'  # bad bytes
+        b"[1, 2]\n"  # JSON, but not a results line
+        b'{"id":"c","status":"done"}\n'
+    )
+    assert [o["id"] for o in iter_results(tmp_path / RESULTS)] == ["a", "c"]
+    j = Journal(tmp_path, "id")
+    j.open()
+    assert j.done == {"a", "c"}
+    j.close()

@@ -189,17 +189,23 @@ def repair_torn_tail(path: Path) -> int:
 
 
 def iter_results(path: Path) -> Iterator[dict[str, Any]]:
-    """Every complete results line (a torn tail is skipped, not parsed)."""
+    """Every complete results line that is a JSON object (a torn tail is not parsed).
+
+    A damaged line (bad bytes, half a line from an older client) is skipped: its record is
+    then not finished, so a resume sends it again instead of crashing on every start.
+    """
     if not path.exists():
         return
-    with path.open("r", encoding="utf-8") as fh:
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
         for raw in fh:
             if not raw.endswith("\n"):
                 break
             try:
-                yield json.loads(raw)
+                obj = json.loads(raw)
             except ValueError:
                 continue
+            if isinstance(obj, dict):
+                yield obj
 
 
 @dataclass
