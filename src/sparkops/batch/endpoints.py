@@ -2,13 +2,22 @@
 
 An endpoint that refuses connections is benched for a short, growing while, so a dead
 server does not swallow every call (fast failures would otherwise make it look idle).
+
+An endpoint that accepts calls but makes no progress (a hung engine behind a /health that
+still answers) is taken out of rotation by the stall watch (batch/stall.py decides; the
+pool acts): the asyncio tasks with a call in flight there are cancelled with a mark, the
+engine sees the mark (`take_reroute`) and sends the call to another endpoint at once.
+Nothing is journalled for a cancelled call, so each record is still finished exactly once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkops.batch.stall import Change, EndpointWatch, StallWatch
 from sparkops.errors import UserError
 
 
@@ -33,6 +42,13 @@ class Endpoint:
     down_until: float = 0.0
     failures: int = 0
     sent: int = 0
+    watch: EndpointWatch | None = None
+    # tasks with a call in flight here: cancelled (and re-routed) when the endpoint stalls
+    calls: set[asyncio.Task] = field(default_factory=set)
+
+    @property
+    def stalled(self) -> bool:
+        return self.watch is not None and self.watch.stalled
 
     @property
     def chat_url(self) -> str:
@@ -47,15 +63,38 @@ class Endpoint:
 class EndpointPool:
     endpoints: list[Endpoint]
     _rr: int = field(default=0)
+    stalls: StallWatch | None = None
+    # called with each Change the stall watch reports (the job logs it to runs.jsonl)
+    on_change: Callable[[Change], None] | None = None
+    rerouted: int = 0  # calls cancelled on a stalled endpoint and sent elsewhere
+    _marked: set[asyncio.Task] = field(default_factory=set)
 
     @classmethod
-    def from_urls(cls, urls: list[str]) -> EndpointPool:
-        return cls([Endpoint(normalise_base(u)) for u in urls])
+    def from_urls(
+        cls, urls: list[str], stall_after: float | None = None, sample_interval: float = 5.0
+    ) -> EndpointPool:
+        """stall_after: seconds without progress before an endpoint counts as stalled (None:
+        the default rule in batch/stall.py; 0: never)."""
+        pool = cls([Endpoint(normalise_base(u)) for u in urls])
+        if stall_after != 0:
+            pool.stalls = StallWatch(stall_after, sample_interval)
+            for ep in pool.endpoints:
+                ep.watch = pool.stalls.add(ep.base)
+        return pool
 
     def pick(self, now: float | None = None) -> Endpoint:
-        """Healthy endpoint with fewest outstanding calls (round robin among ties)."""
+        """Healthy endpoint with fewest outstanding calls (round robin among ties).
+
+        A stalled endpoint gets no calls except, when its probe is due, this one."""
         now = time.monotonic() if now is None else now
-        healthy = [e for e in self.endpoints if e.down_until <= now] or self.endpoints
+        live = self.endpoints
+        if self.stalls is not None:
+            for e in self.endpoints:
+                if e.watch is not None and e.watch.probe_due(now):
+                    e.watch.probe_started = now
+                    return e
+            live = [e for e in self.endpoints if not e.stalled] or self.endpoints
+        healthy = [e for e in live if e.down_until <= now] or live
         self._rr += 1
         n = len(healthy)
         best = min(range(n), key=lambda i: (healthy[i].outstanding, (i - self._rr) % n))
@@ -69,3 +108,58 @@ class EndpointPool:
     def mark_up(self, ep: Endpoint) -> None:
         ep.failures = 0
         ep.down_until = 0.0
+
+    # ---- stalled endpoints (batch/stall.py decides, the pool acts) ----------------------
+    def call_started(self, ep: Endpoint, now: float) -> None:
+        """A call to `ep` is about to go out from the current task."""
+        if ep.watch is not None:
+            task = asyncio.current_task()
+            if task is not None:
+                ep.calls.add(task)
+            ep.watch.sent(now)
+
+    def call_ended(self, ep: Endpoint, now: float, answered: bool, seconds: float) -> None:
+        if ep.watch is not None:
+            ep.calls.discard(asyncio.current_task())  # type: ignore[arg-type]
+            ep.watch.ended(now, answered, seconds)
+
+    def observe(self, ep: Endpoint, values: dict[str, float], now: float) -> None:
+        """A /metrics sample of `ep`: its token counters show whether its engine advances."""
+        if ep.watch is not None and ("prompt_tokens" in values or "generation_tokens" in values):
+            tokens = values.get("prompt_tokens", 0.0) + values.get("generation_tokens", 0.0)
+            ep.watch.counters(now, tokens)
+
+    def check(self, now: float | None = None) -> list[Change]:
+        """Ask the stall watch; cancel (marked for re-routing) the calls of a stalled
+        endpoint and of a failed probe; report each change through `on_change`."""
+        if self.stalls is None:
+            return []
+        now = time.monotonic() if now is None else now
+        changes = self.stalls.check(now)
+        by_base = {e.base: e for e in self.endpoints}
+        for change in changes:
+            ep = by_base[change.endpoint]
+            if change.kind in ("stalled", "probe-failed"):
+                for task in list(ep.calls):
+                    if task not in self._marked and not task.done():
+                        self._marked.add(task)
+                        task.cancel()
+                        self.rerouted += 1
+                ep.calls.clear()
+            if self.on_change is not None:
+                self.on_change(change)
+        return changes
+
+    def take_reroute(self, task: asyncio.Task | None) -> bool:
+        """True when `task` was cancelled by `check` only (not also by a job stop): the caller
+        swallows the CancelledError and sends its call elsewhere."""
+        if task is None or task not in self._marked:
+            return False
+        self._marked.discard(task)
+        return task.uncancel() == 0
+
+    def all_stalled(self) -> bool:
+        return self.stalls is not None and self.stalls.all_stalled()
+
+    def stalled_names(self) -> list[str]:
+        return [e.base for e in self.endpoints if e.stalled]

