@@ -86,7 +86,7 @@ def test_stalled_endpoint_is_probed_once_after_the_threshold_and_rejoins_on_an_a
     changes = sw.check(ms(23_500))
     assert kinds(changes) == [("a", "rejoined")]
     assert changes[0].how == "answer" and changes[0].quiet_s == pytest.approx(13.5)
-    assert not a.stalled and not a.probe_due(ms(50_000))
+    assert not a.stalled and not a.probe_due(ms(50_000)) and sw.n_stalled == 0
 
 
 def test_a_failed_probe_is_cancelled_and_the_next_waits_twice_as_long_up_to_8x():
@@ -128,7 +128,7 @@ def test_all_stalled_when_every_endpoint_stalled():
     sw.check(ms(10_000))
     assert not sw.all_stalled()
     assert kinds(sw.check(ms(15_000))) == [("b", "stalled")]
-    assert sw.all_stalled()
+    assert sw.all_stalled() and sw.n_stalled == 2
 
 
 def test_default_threshold_follows_the_calls_expected_length():

@@ -88,7 +88,7 @@ class EndpointPool:
         A stalled endpoint gets no calls except, when its probe is due, this one."""
         now = time.monotonic() if now is None else now
         live = self.endpoints
-        if self.stalls is not None:
+        if self.stalls is not None and self.stalls.n_stalled:
             for e in self.endpoints:
                 if e.watch is not None and e.watch.probe_due(now):
                     e.watch.probe_started = now

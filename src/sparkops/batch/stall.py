@@ -127,6 +127,7 @@ class StallWatch:
         self.sample_interval = sample_interval
         self.slowest = 0.0
         self.watches: list[EndpointWatch] = []
+        self.n_stalled = 0  # kept by check(): the pool's hot path skips everything while 0
 
     def add(self, name: str) -> EndpointWatch:
         w = EndpointWatch(name, self)
@@ -155,12 +156,14 @@ class StallWatch:
                     w.probe_at = t + limit
                     w.probe_started = None
                     w.failed_probes = 0
+                    self.n_stalled += 1
                     changes.append(Change(w.name, "stalled", t, quiet, w.in_flight))
             elif w._rejoin:
                 changes.append(Change(w.name, "rejoined", t, t - w.stalled_since, how=w._rejoin))
                 w.stalled_since = None
                 w.probe_started = None
                 w._rejoin = ""
+                self.n_stalled -= 1
                 w.last_progress = t
             elif w.probe_started is not None and t - w.probe_started >= limit:
                 w.failed_probes += 1
