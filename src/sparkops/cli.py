@@ -37,8 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the command modules load (seconds on a busy box)
+        print("sparkops: interrupted before anything started", file=sys.stderr)
+        return 130
     try:
         return int(args.func(args) or 0)
     except UserError as err:
@@ -51,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sparkops: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print("sparkops: interrupted", file=sys.stderr)
         return 130
 
 

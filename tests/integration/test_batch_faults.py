@@ -23,6 +23,7 @@ from tests.plugins.fault_server import (
     FaultServer,
     choice_not_object,
     drop,
+    hang,
     no_choices,
     not_json,
     ok,
@@ -288,3 +289,29 @@ def test_a_crash_is_one_line_and_the_traceback_goes_to_a_private_log(job, fault_
     again = run(job, fault_server)
     assert again.returncode == 0, again.stderr
     assert_exactly_once(job, ids)
+
+
+def test_a_signal_while_the_server_is_checked_is_one_line(job, fault_server):
+    write_records(job["input"], 10)
+    fault_server.override("/v1/models", hang())
+    proc = subprocess.Popen(
+        command(job, fault_server), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while fault_server.paths["/v1/models"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    for noise in NOISE:
+        assert noise not in stdout + stderr
+    assert error_lines(stderr) == [
+        "sparkops: interrupted (SIGINT) before any record was sent; run the same command "
+        "again to resume"
+    ]
+    assert sum(fault_server.requests.values()) == 0

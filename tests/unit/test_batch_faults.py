@@ -74,3 +74,14 @@ def test_line_error_reads_pipeline_and_openai_lines():
     http = {"error": None, "response": {"status_code": 400, "body": {"error": {"message": "m"}}}}
     assert _line_error(http) == "HTTP 400: m"
     assert _line_error({"error": {"code": "timeout", "message": "timed out"}}) == "timed out"
+
+
+def test_ctrl_c_while_commands_load_is_one_line(monkeypatch, capsys):
+    from sparkops import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["batch", "status", "x"]) == 130
+    assert capsys.readouterr().err == "sparkops: interrupted before anything started\n"
