@@ -292,3 +292,12 @@ def test_throughput_plot_draws_each_series_at_its_own_times_with_run_boundaries(
     assert legend[0].startswith("records/min (per ")
     write_report(job)
     assert (job / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_lines_that_are_json_but_not_objects_are_skipped_not_a_traceback(tmp_path):
+    job = make_job(tmp_path, [(1000.0, 4, [1000.0 + i for i in range(20)])])
+    for name in ("results.jsonl", "runs.jsonl", "timeline.jsonl", "openai-meta.jsonl"):
+        with (job / name).open("a") as fh:
+            fh.write('[1, 2]\n"text"\n{"t": "not a number", "v": {}}\n')
+    report = write_report(job)
+    assert report["done"] == 20 and report["finished"] == 21  # the stray object is a line

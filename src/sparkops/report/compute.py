@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ def load_dir(directory: Path) -> dict[str, Any]:
     t = _Telemetry({name: StepTotals() for name in reusable}, reusable)
     records = done = errors = 0
     finals: dict[str, int] = defaultdict(int)
-    for obj in iter_results(directory / RESULTS):
+    for obj in _objects(directory / RESULTS):
         records += 1
         ok = obj.get("status") == "done" if "status" in obj else openai_batch.is_ok(obj)
         if ok:
@@ -71,21 +72,22 @@ def load_dir(directory: Path) -> dict[str, Any]:
             errors += 1
         if "status" in obj or "t" in obj:  # a pipeline line (or an older OpenAI line)
             t.add(obj, ok)
-    for meta in iter_results(directory / openai_batch.META):
+    for meta in _objects(directory / openai_batch.META):
         t.add(meta, bool(meta.get("ok")))
     runs: dict[Any, dict[str, float]] = defaultdict(dict)
     concurrency: dict[Any, int] = {}
     schedules: list[str] = []
     stalls: list[dict[str, Any]] = []  # "stalled"/"rejoined" endpoint events (batch/stall.py)
-    for r in iter_results(directory / RUNS):
-        runs[r.get("run")][r.get("event", "")] = r.get("t")
+    for r in _objects(directory / RUNS):
+        if _number(r.get("t")) is not None:
+            runs[r.get("run")][r.get("event", "")] = r["t"]
         if r.get("event") in ("stalled", "rejoined"):
             stalls.append(r)
         if r.get("event") == "start":
             schedules.append(r.get("schedule", "fifo"))
             if isinstance(r.get("concurrency"), int):
                 concurrency[r.get("run")] = r["concurrency"]
-    samples = list(iter_results(directory / TIMELINE))
+    samples = [s for s in _objects(directory / TIMELINE) if isinstance(s.get("t"), (int, float))]
     return {
         "manifest": manifest,
         "records": records,
@@ -109,6 +111,16 @@ def load_dir(directory: Path) -> dict[str, Any]:
     }
 
 
+def _number(x: Any) -> float | None:
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _objects(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a job file; a line that is valid JSON but not an object (a hand
+    edit, another tool's file) is skipped rather than crashing the report."""
+    return (obj for obj in iter_results(path) if isinstance(obj, dict))
+
+
 @dataclass
 class _Telemetry:
     """Streaming sums of the kit's per-record fields (times, run, steps)."""
@@ -124,14 +136,15 @@ class _Telemetry:
     latencies: list[float] = field(default_factory=list)
 
     def add(self, obj: dict[str, Any], ok: bool) -> None:
-        steps = obj.get("steps") or []
+        steps = [s for s in obj.get("steps") or [] if isinstance(s, dict)]
         self.calls += len(steps)
+        t, t0 = _number(obj.get("t")), _number(obj.get("t0"))
         if ok:
             self.done_calls += len(steps)
-            if obj.get("t0") is not None and "t" in obj:
-                self.latencies.append(obj["t"] - obj["t0"])
-        if "t" in obj:
-            self.finish[obj.get("run")].append(obj["t"])
+            if t0 is not None and t is not None:
+                self.latencies.append(t - t0)
+        if t is not None:
+            self.finish[obj.get("run")].append(t)
         for s in steps:
             p = s.get("prompt_tokens") or 0
             self.prompt += p
