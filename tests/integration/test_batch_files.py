@@ -102,7 +102,8 @@ def test_second_run_is_refused_naming_the_pid_and_kill_9_leaves_a_lock_the_next_
     job, fault_server
 ):
     ids = write_records(job["input"], 40)
-    fault_server.default = slow(0.3)
+    fault_server.first(4, slow(0.1))
+    fault_server.default = hang()  # the first run stays busy until it is killed
     first = subprocess.Popen(
         command(job, fault_server.openai_url, "--concurrency", "4"),
         stdout=subprocess.DEVNULL,
@@ -118,11 +119,15 @@ def test_second_run_is_refused_naming_the_pid_and_kill_9_leaves_a_lock_the_next_
         assert second.returncode == 2
         line = one_error_line(second)
         assert f"in use by another sparkops batch run (pid {first.pid})" in line
+        status = sparkops("batch", "status", str(job["out"]))
+        assert status.returncode == 0 and f"running (pid {first.pid})" in status.stdout
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
     assert first.returncode == -signal.SIGKILL
     assert (job["out"] / "lock").read_text().strip() == str(first.pid)  # left behind
+    status = sparkops("batch", "status", str(job["out"]), "--json")
+    assert json.loads(status.stdout)["running_pid"] is None  # a stale pid is not "running"
     fault_server.default = slow(0.01)
     third = run(job, fault_server, "--concurrency", "4")
     assert third.returncode == 0, third.stderr

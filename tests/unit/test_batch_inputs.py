@@ -33,7 +33,7 @@ from sparkops.batch.journal import (
     write_json_atomic,
 )
 from sparkops.batch.limits import RESERVE, ensure_open_files, fd_shortfall
-from sparkops.batch.lock import lock_job_dir
+from sparkops.batch.lock import lock_holder, lock_job_dir
 from sparkops.batch.records import InputProblem, Record, detect_kind, read_records, scan_input
 from sparkops.errors import JobStopped, UserError
 from sparkops.pipeline.spec import load_pipeline, looks_like_path
@@ -277,6 +277,8 @@ def test_second_lock_is_refused_naming_the_holder_and_free_after_release(tmp_pat
             UserError, match=rf"in use by another sparkops batch run \(pid {os.getpid()}\)"
         ):
             lock_job_dir(job)
+        assert lock_holder(job) == os.getpid()
+    assert lock_holder(job) is None
     with lock_job_dir(job) as again:
         assert again.held
     assert stat.S_IMODE(job.stat().st_mode) == 0o700
@@ -292,7 +294,7 @@ def test_lock_of_a_process_killed_with_sigkill_is_taken_over(tmp_path):
                 f"""
                 import sys, time
                 from pathlib import Path
-                from sparkops.batch.lock import lock_job_dir
+                from sparkops.batch.lock import lock_holder, lock_job_dir
                 lock = lock_job_dir(Path({str(job)!r}))
                 print("locked", flush=True)
                 time.sleep(60)
@@ -306,6 +308,7 @@ def test_lock_of_a_process_killed_with_sigkill_is_taken_over(tmp_path):
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(UserError, match=rf"pid {holder.pid}\)"):
             lock_job_dir(job)
+        assert lock_holder(job) == holder.pid
     finally:
         holder.kill()
         holder.wait(timeout=10)

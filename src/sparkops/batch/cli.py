@@ -187,6 +187,8 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(st, indent=2))
     else:
         state = "complete" if st["complete"] else "incomplete"
+        if st["running_pid"]:
+            state += f", running (pid {st['running_pid']})"
         print(
             f"{args.dir}: {state}: {st['done']} done, {st['errors']} errors, "
             f"{st['remaining']} remaining of {st['total']} ({st['runs']} run(s))"

@@ -50,7 +50,7 @@ def lock_job_dir(directory: Path) -> JobLock:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _read_pid(fd)
+        holder = lock_holder(directory) or _read_pid(fd)
         os.close(fd)
         who = f"pid {holder}" if holder else "a process that has not written its pid yet"
         raise UserError(
@@ -60,9 +60,31 @@ def lock_job_dir(directory: Path) -> JobLock:
     except OSError as err:
         os.close(fd)
         raise UserError(f"cannot lock {path} ({err.strerror}); put --out on a local disk") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    with contextlib.suppress(OSError):  # the pid is for people; a full disk must not stop here
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return JobLock(directory, fd)
+
+
+def lock_holder(directory: Path) -> int | None:
+    """The pid holding DIR/lock now, from the kernel's lock table (Linux /proc/locks).
+
+    Read-only (taking the lock to test it could make a run starting at that moment fail),
+    and right even when the pid in the file is stale. None when unlocked or unknown.
+    """
+    try:
+        st = (directory / LOCK).stat()
+        table = Path("/proc/locks").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    dev_ino = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 8824 fe:00:2179110 0 EOF"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == dev_ino:
+            with contextlib.suppress(ValueError):
+                return int(fields[4])
+    return None
 
 
 def _read_pid(fd: int) -> int | None:

@@ -7,9 +7,11 @@ from typing import Any
 
 from sparkops.batch import openai_batch
 from sparkops.batch.journal import RESULTS, RUNS, iter_results, load_manifest
+from sparkops.batch.lock import lock_holder
 
 
 def job_status(directory: Path) -> dict[str, Any]:
+    """Counts from the job's files, and the pid of a run working on it now (None if none)."""
     manifest = load_manifest(directory)
     done = errors = 0
     for obj in iter_results(directory / RESULTS):
@@ -18,7 +20,7 @@ def job_status(directory: Path) -> dict[str, Any]:
         errors += not ok
     runs = [r for r in iter_results(directory / RUNS) if r.get("event") == "start"]
     ended = {r.get("run") for r in iter_results(directory / RUNS) if r.get("event") == "end"}
-    total = int(manifest.get("total", 0))
+    total = manifest.get("total") if isinstance(manifest.get("total"), int) else 0
     return {
         "total": total,
         "done": done,
@@ -27,4 +29,5 @@ def job_status(directory: Path) -> dict[str, Any]:
         "runs": len(runs),
         "last_run_finished": bool(runs) and runs[-1].get("run") in ended,
         "complete": total > 0 and done + errors >= total,
+        "running_pid": lock_holder(directory),
     }
