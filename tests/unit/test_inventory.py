@@ -16,7 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "ansible" / "playbooks" / "validate_inventory.yml"
-EXAMPLES = ["single", "wsl2", "pair-dp", "pair-pp", "local"]
+EXAMPLES = ["single", "wsl2", "pair-dp", "pair-pp", "quad-dp", "local"]
 
 
 def start(inventory: Path) -> subprocess.Popen[str]:
@@ -91,6 +91,15 @@ BAD = {
             }
         },
         ["runs on one host", "(s1, s2)", "pair-dp / pair-pp"],
+    ),
+    "multi-dp with one host": (
+        {
+            "all": {
+                "vars": {"sparkops_topology": "multi-dp"},
+                "children": {"sparks": {"hosts": {"s1": {}}}},
+            }
+        },
+        ["Topology 'multi-dp'", "needs at least two, found 1 (s1)", "List two or more Sparks"],
     ),
     "misspelt role variable": (
         {

@@ -11,6 +11,7 @@ import yaml
 from sparkops.errors import UserError
 from sparkops.profiles import (
     DeployFacts,
+    async_scheduling_flag,
     available_profiles,
     check_profile,
     load_profile,
@@ -143,3 +144,46 @@ def test_cpu_pipeline_parallel_with_enforce_eager_is_refused(tmp_path, flags):
     data["vllm"]["enforce_eager"] = True
     data["vllm"]["extra_args"] = ["--pipeline-parallel-size", "1"]
     assert profile_problems(load_profile(_write(tmp_path, data)), DeployFacts()) == []
+
+
+def _pp_argv(profile, stages: int = 2) -> list[str]:
+    parallel = ["--pipeline-parallel-size", str(stages)] if stages > 1 else None
+    return serve_command(profile, model=profile.model, host="h", port=1, parallel=parallel)
+
+
+def test_pipeline_parallel_leaves_async_scheduling_to_vllm(tmp_path):
+    """vLLM 0.32's runner V1 refuses PP + --async-scheduling (tests/integration/
+    test_vllm_pp_async.py shows it against vLLM's config code): PP drops the flag."""
+    profile = load_profile("gb10-gemma4-12b-fp8")
+    assert profile.vllm.async_scheduling
+    assert async_scheduling_flag(profile) is True
+    assert async_scheduling_flag(profile, 2) is False
+    assert "--async-scheduling" in _pp_argv(profile, stages=1)
+    assert "--async-scheduling" not in _pp_argv(profile)
+    # PP given among the profile's own extra flags counts too
+    data = profile.model_dump(exclude_none=True)
+    data["vllm"]["extra_args"] = ["-pp", "2"]
+    assert async_scheduling_flag(load_profile(_write(tmp_path, data))) is False
+
+
+@pytest.mark.parametrize("value, kept", [("1", True), ("true", True), ("0", False), ("", False)])
+def test_a_profile_pinning_runner_v2_keeps_async_scheduling_with_pp(tmp_path, value, kept):
+    data = load_profile("gb10-llama31-8b-fp8").model_dump(exclude_none=True)
+    data["env"]["VLLM_USE_V2_MODEL_RUNNER"] = value
+    profile = load_profile(_write(tmp_path, data))
+    assert ("--async-scheduling" in _pp_argv(profile)) is kept
+
+
+def test_async_scheduling_in_extra_args_with_pp_is_refused_unless_v2_is_pinned(tmp_path):
+    data = load_profile("gb10-llama31-8b-fp8").model_dump(exclude_none=True)
+    data["vllm"]["async_scheduling"] = False
+    data["vllm"]["extra_args"] = ["--async-scheduling"]
+    profile = load_profile(_write(tmp_path, data))
+    assert profile_problems(profile, DeployFacts()) == []  # one stage: fine
+    (problem,) = profile_problems(profile, DeployFacts(pipeline_parallel=2))
+    assert "Model Runner V1 does not support: pipeline parallelism" in problem
+    assert "remove it from extra_args" in problem
+    assert "VLLM_USE_V2_MODEL_RUNNER" in problem
+    data["env"]["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    pinned = load_profile(_write(tmp_path, data))
+    assert profile_problems(pinned, DeployFacts(pipeline_parallel=2)) == []

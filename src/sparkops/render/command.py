@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from sparkops.profiles import Profile
+from sparkops.profiles import Profile, async_scheduling_flag
+from sparkops.profiles.checks import pipeline_parallel_size
 
 # How each platform's image starts vLLM. The CPU build's `vllm` console script looks up a
 # distribution called "vllm" and fails, so it runs the API server module directly.
@@ -19,8 +20,12 @@ LAUNCHERS = {
 }
 
 
-def engine_flags(profile: Profile) -> list[str]:
-    """The profile's engine settings as vLLM flags, in the seed's order."""
+def engine_flags(profile: Profile, *, pipeline_parallel: int = 1) -> list[str]:
+    """The profile's engine settings as vLLM flags, in the seed's order.
+
+    `pipeline_parallel` is the stage count the topology adds: with more than one stage
+    `--async-scheduling` is left to vLLM (see `profiles.checks.async_scheduling_flag`).
+    """
     args = profile.vllm
     flags = ["--served-model-name", profile.served_model_name]
     flags += ["--max-model-len", str(args.max_model_len)]
@@ -38,7 +43,7 @@ def engine_flags(profile: Profile) -> list[str]:
     )
     if args.prefix_caching_hash_algo is not None:
         flags += ["--prefix-caching-hash-algo", args.prefix_caching_hash_algo]
-    if args.async_scheduling:
+    if async_scheduling_flag(profile, pipeline_parallel):
         flags.append("--async-scheduling")
     if args.limit_mm_per_prompt is not None:
         flags += [
@@ -63,10 +68,11 @@ def serve_command(
     parallel: list[str] | None = None,
 ) -> list[str]:
     """The full argv that starts the OpenAI-compatible server for this profile."""
+    stages = pipeline_parallel_size(parallel or [])
     return [
         *LAUNCHERS[profile.platform],
         model,
-        *engine_flags(profile),
+        *engine_flags(profile, pipeline_parallel=stages),
         "--host",
         host,
         "--port",

@@ -87,6 +87,8 @@ def _lookup(kind: str, name: str, default: str = "") -> str:
 def _resolve(value: Any, context: dict[str, Any], env: jinja2.Environment) -> Any:
     if isinstance(value, str) and "{{" in value:
         rendered = env.from_string(value).render(context)
+        if not rendered.strip():
+            return rendered  # an empty lookup is "" in Ansible, not YAML's null
         try:
             parsed = yaml.safe_load(rendered)
         except yaml.YAMLError:

@@ -111,6 +111,7 @@ TOPOLOGY_OF = {
     "local": "single",
     "pair-dp": "data-parallel",
     "pair-pp": "pipeline-parallel",
+    "multi-dp": "data-parallel",
 }
 
 

@@ -2,8 +2,9 @@
 
 One function per topology keeps each shape readable:
 - single: one vLLM on one host;
-- data-parallel: one vLLM per host, a LiteLLM router on the first host (or the host named
-  by `litellm_router_host`) listing every replica under the same model name;
+- data-parallel: one vLLM per host on any number (>= 2) of hosts, a LiteLLM router on the
+  first host listing every replica under the same model name; clients call the router, or
+  every replica directly (`client_endpoints`);
 - pipeline-parallel: a Ray head (which also runs vLLM) on the first host and a Ray worker on
   the second over the QSFP link, or vLLM's native multi-node mode (`ray_cluster_backend: mp`).
 """
@@ -143,6 +144,37 @@ def _ray_env(ray: RayVars, own_address: str, head_address: str) -> dict[str, str
     }
 
 
+# Serving hosts each topology takes: (fewest, most; None: no upper bound). Data parallel
+# scales to any number of Sparks (each replica is independent, the router lists them all);
+# the pipeline-parallel pair is two stages over one QSFP cable.
+HOST_COUNTS: dict[str, tuple[int, int | None]] = {
+    "single": (1, 1),
+    "data-parallel": (2, None),
+    "pipeline-parallel": (2, 2),
+}
+PIPELINE_STAGES = 2
+
+
+def _check_host_count(topology: str, hosts: list[str]) -> None:
+    if topology not in HOST_COUNTS:
+        raise UserError(
+            f"vllm_serving_topology '{topology}' is unknown: use single, data-parallel or "
+            "pipeline-parallel"
+        )
+    fewest, most = HOST_COUNTS[topology]
+    if fewest <= len(hosts) and (most is None or len(hosts) <= most):
+        return
+    if most is None:
+        need = f"at least {fewest} serving hosts"
+    else:
+        need = f"exactly {fewest} serving host{'s' if fewest > 1 else ''}"
+    raise UserError(
+        f"topology {topology} needs {need}, the inventory has {len(hosts)} "
+        f"({', '.join(hosts)}): list {need.replace(' serving', '')} under the "
+        f"'{SERVING_GROUP}' group"
+    )
+
+
 def plan_stack(
     inv: Inventory,
     *,
@@ -157,17 +189,8 @@ def plan_stack(
     first: ServingVars = parsed[hosts[0]]["vllm_serving_"]  # type: ignore[assignment]
     topology = serving_topology(inv.hostvars[hosts[0]])
     profile = profile or load_profile(first.profile)
-    want = 1 if topology == "single" else 2
-    if topology not in ("single", "data-parallel", "pipeline-parallel"):
-        raise UserError(
-            f"vllm_serving_topology '{topology}' is unknown: use single, data-parallel or "
-            "pipeline-parallel"
-        )
-    if len(hosts) != want:
-        raise UserError(
-            f"topology {topology} needs {want} serving host(s), the inventory has {len(hosts)} "
-            f"({', '.join(hosts)}): list exactly {want} under the '{SERVING_GROUP}' group"
-        )
+    _check_host_count(topology, hosts)
+    stages = PIPELINE_STAGES if topology == "pipeline-parallel" else 1
     stacks: dict[str, HostStack] = {}
     for host in hosts:
         serving: ServingVars = parsed[host]["vllm_serving_"]  # type: ignore[assignment]
@@ -178,6 +201,7 @@ def plan_stack(
             concurrency=concurrency or serving.concurrency,
             gpu_memory_gib=serving.gpu_memory_gib,
             hf_token=bool(sec.get("HF_TOKEN")),
+            pipeline_parallel=stages,
         )
         check_profile(profile, facts)
         stacks[host] = HostStack(host, "single", serving, profile, {}, sec)
@@ -260,3 +284,26 @@ def _plan_pipeline(inv, hosts, parsed, stacks, profile) -> None:
             "nodes": len(hosts),
             "wait_timeout": head_ray.wait_timeout,
         }
+
+
+def client_endpoints(inv: Inventory, stacks: dict[str, HostStack]) -> list[str]:
+    """The OpenAI base URLs a batch client gives as --endpoint, following the inventory.
+
+    Every host that answers HTTP (not a pipeline worker), at the address other hosts reach
+    it on: with data parallel over N Sparks the client spreads its calls over all N replicas
+    itself (least outstanding requests, a dead one benched), so a job needs no router hop and
+    no master key; the router stays for clients that want one URL.
+    A loopback-bound server is reached as 127.0.0.1: only a client on that host can call it.
+    """
+    urls = []
+    for host, stack in stacks.items():
+        if stack.role == "worker":
+            continue
+        serving = stack.serving
+        address = (
+            serving.bind_address
+            if ipaddress.ip_address(serving.bind_address).is_loopback
+            else _reachable_address(host, inv.hostvars[host], serving)
+        )
+        urls.append(f"http://{address}:{serving.port}/v1")
+    return urls
