@@ -64,6 +64,19 @@ def test_answers_and_moving_counters_are_progress_a_still_counter_is_not():
     assert kinds(sw.check(ms(22_000))) == [("a", "stalled")]
 
 
+def test_timed_out_calls_do_not_restart_the_clock_but_connection_errors_do():
+    sw, (a, b) = watch(10_000)
+    for w in (a, b):
+        w.sent(ms(0))
+    a.ended(ms(6_000), answered=False, timed_out=True)  # --request-timeout 6
+    b.ended(ms(6_000), answered=False)  # refused: a down server, the retry deadline's job
+    for w in (a, b):
+        w.sent(ms(7_000))  # the retries
+    assert kinds(sw.check(ms(10_000))) == [("a", "stalled")]
+    assert sw.check(ms(16_999)) == []
+    assert kinds(sw.check(ms(17_000))) == [("b", "stalled")]
+
+
 def test_a_counter_reset_counts_as_progress():
     sw, (a, _) = watch(10_000)
     a.sent(ms(0))

@@ -118,10 +118,12 @@ class EndpointPool:
                 ep.calls.add(task)
             ep.watch.sent(now)
 
-    def call_ended(self, ep: Endpoint, now: float, answered: bool, seconds: float) -> None:
+    def call_ended(
+        self, ep: Endpoint, now: float, answered: bool, seconds: float, timed_out: bool = False
+    ) -> None:
         if ep.watch is not None:
             ep.calls.discard(asyncio.current_task())  # type: ignore[arg-type]
-            ep.watch.ended(now, answered, seconds)
+            ep.watch.ended(now, answered, seconds, timed_out)
 
     def observe(self, ep: Endpoint, values: dict[str, float], now: float) -> None:
         """A /metrics sample of `ep`: its token counters show whether its engine advances."""

@@ -497,7 +497,7 @@ class Engine:
         ep.sent += 1
         started = time.monotonic()
         self.pool.call_started(ep, started)  # stall watch: this task has a call in flight here
-        answered = False
+        answered = timed_out = False
         try:
             async with self._session.post(
                 ep.base + path, data=payload, headers=self._headers
@@ -514,11 +514,12 @@ class Engine:
         except (aiohttp.ClientError, OSError) as err:  # refused, reset, bad payload, ...
             return CallResult(0, None, f"connection error: {type(err).__name__}"), True, True
         except TimeoutError:
+            timed_out = True
             return CallResult(0, None, "timed out"), True, None
         finally:
             ep.outstanding -= 1
             now = time.monotonic()
-            self.pool.call_ended(ep, now, answered, now - started)
+            self.pool.call_ended(ep, now, answered, now - started, timed_out)
         try:
             body = json.loads(raw) if raw else None
         except ValueError:

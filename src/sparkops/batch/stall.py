@@ -15,7 +15,9 @@ The rules
   generation token counters (/metrics, read by the job's sampler every --sample-interval)
   changing between two samples.
 - The clock runs only while calls are in flight to the endpoint: it starts when the first
-  call goes out to an idle endpoint, so an idle endpoint never stalls.
+  call goes out to an idle endpoint, so an idle endpoint never stalls. A call that timed
+  out (--request-timeout shorter than the threshold) does not restart it: a timeout is no
+  progress, and otherwise retried timeouts would keep a hung server "idle" forever.
 - An endpoint with calls in flight and no progress for `stall_after` seconds is stalled: it
   gets no new calls, and its in-flight calls are cancelled and sent to other endpoints.
 - Default `stall_after` (no --stall-after given): the longest of 120 s, 4 sample intervals,
@@ -62,6 +64,7 @@ class EndpointWatch:
     __slots__ = (
         "_owner",
         "_rejoin",
+        "_timed_out",
         "failed_probes",
         "in_flight",
         "last_progress",
@@ -82,6 +85,7 @@ class EndpointWatch:
         self.probe_started: float | None = None
         self.failed_probes = 0
         self._rejoin = ""
+        self._timed_out = False  # a call timed out since the last progress
         self._owner = owner
 
     @property
@@ -90,14 +94,17 @@ class EndpointWatch:
 
     def sent(self, t: float) -> None:
         """A call went out to this endpoint."""
-        if self.in_flight == 0:
+        if self.in_flight == 0 and not self._timed_out:
             self.last_progress = t  # the clock starts with the first call in flight
         self.in_flight += 1
 
-    def ended(self, t: float, answered: bool, seconds: float = 0.0) -> None:
+    def ended(
+        self, t: float, answered: bool, seconds: float = 0.0, timed_out: bool = False
+    ) -> None:
         """A call to this endpoint ended: answered (any HTTP answer, after `seconds`) or not
         (connection error, timeout, cancelled)."""
         self.in_flight = max(0, self.in_flight - 1)
+        self._timed_out = self._timed_out or timed_out
         if answered:
             self._owner.slowest = max(self._owner.slowest, seconds)
             self._progress(t, "answer")
@@ -115,6 +122,7 @@ class EndpointWatch:
 
     def _progress(self, t: float, how: str) -> None:
         self.last_progress = t
+        self._timed_out = False
         if self.stalled_since is not None and not self._rejoin:
             self._rejoin = how
 
