@@ -209,7 +209,9 @@ def test_bad_lines_missing_ids_and_oversize_records_are_per_record_errors(vllm_s
     inp = tmp_path / "in.jsonl"
     inp.write_text("\n".join(lines) + "\n")
     out = tmp_path / "job"
-    sparkops(*run_args(vllm_server, out, inp, "--no-progress"))
+    first = sparkops(*run_args(vllm_server, out, inp, "--no-progress"), check=False)
+    assert first.returncode == 3, first.stderr  # finished, with record errors
+    assert "finished with 4 record error(s) of 14; commonest cause" in first.stdout
     rows = results(out)
     assert len(rows) == 14
     done = {r["id"] for r in rows if r["status"] == "done"}
@@ -221,8 +223,8 @@ def test_bad_lines_missing_ids_and_oversize_records_are_per_record_errors(vllm_s
     assert errors[8]["id"] == "huge" and "HTTP 400" in errors[8]["error"]
     assert errors[9]["id"] == "nofield" and "line 9" in errors[9]["error"]
     # a resume re-sends nothing: errors are finished records too
-    again = sparkops(*run_args(vllm_server, out, inp, "--no-progress"))
-    assert "14 already finished, 0 calls" in again.stdout
+    again = sparkops(*run_args(vllm_server, out, inp, "--no-progress"), check=False)
+    assert again.returncode == 3 and "14 already finished, 0 calls" in again.stdout
 
 
 def test_openai_batch_file_round_trip(vllm_server, tmp_path):
@@ -238,8 +240,9 @@ def test_openai_batch_file_round_trip(vllm_server, tmp_path):
     lines.append({"custom_id": "req-emb", "method": "POST", "url": "/v1/embeddings", "body": {}})
     inp.write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = tmp_path / "job"
-    sparkops("batch", "run", "--input", str(inp), "--out", str(out), "--endpoint",
-             vllm_server.base_url, "--no-progress")  # fmt: skip
+    run = sparkops("batch", "run", "--input", str(inp), "--out", str(out), "--endpoint",
+                   vllm_server.base_url, "--no-progress", check=False)  # fmt: skip
+    assert run.returncode == 3, run.stderr  # finished, with record errors
     rows = {r["custom_id"]: r for r in results(out)}
     assert set(rows) == {x["custom_id"] for x in lines}
     for i in range(12):
