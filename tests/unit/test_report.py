@@ -301,3 +301,16 @@ def test_lines_that_are_json_but_not_objects_are_skipped_not_a_traceback(tmp_pat
             fh.write('[1, 2]\n"text"\n{"t": "not a number", "v": {}}\n')
     report = write_report(job)
     assert report["done"] == 20 and report["finished"] == 21  # the stray object is a line
+
+
+def test_throughput_plot_without_samples_or_records_says_so_in_its_legend(tmp_path):
+    from sparkops.report.compute import load_dir
+    from sparkops.report.render import figure
+
+    job = make_job(tmp_path, [(1000.0, 4, [])], records=3)  # started, nothing finished yet
+    fig = figure(load_dir(job))
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[1] == "prefix cache hit rate (no samples)"
+    report = write_report(job)
+    assert report["records_per_min"] is None and report["finished"] == 0
+    assert (job / "throughput.png").read_bytes()[:4] == b"\x89PNG"
