@@ -31,8 +31,9 @@ esac
 [ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap needs it); run it with sudo"
 docker info >/dev/null 2>&1 || die "no Docker engine answers; run scripts/testbed/install-docker.sh first"
 
-# The key: tests/plugins/hosts.py computes the same (sha256 of the two files, in this order).
-key=$(cat "$here/base-image.packages" "$here/build-base-image.sh" | sha256sum | cut -c1-12)
+# The key: tests/plugins/hosts.py computes the same (sha256 of these files, in this order).
+key=$(cat "$here/base-image.packages" "$here/build-base-image.sh" "$here/rootfs-unmount.sh" |
+  sha256sum | cut -c1-12)
 image=$repository:$suite-$arch-$key
 alias_ref=$repository:$suite-$arch
 tarball=$cache/images/testhost-$suite-$arch-$key.tar
@@ -58,8 +59,8 @@ if [ ! -s "$tarball" ]; then
   mkdir -p "$cache/images"
   root=$(mktemp -d "$cache/images/rootfs-$arch.XXXXXX")
   cleanup() {
-    # debootstrap may leave proc/sys mounted in the rootfs when it fails: unmount before removing.
-    findmnt -rn -o TARGET | grep "^$root/" | sort -r | xargs -r -n1 umount -l || true
+    # debootstrap may leave proc/sys mounted in the rootfs: unmount before removing.
+    "$here/rootfs-unmount.sh" "$root" || true
     rm -rf --one-file-system "$root" "$tarball.part"
   }
   trap cleanup EXIT
@@ -80,7 +81,10 @@ if [ ! -s "$tarball" ]; then
     ln -sf /dev/null "$root/etc/systemd/system/$unit"
   done
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root/debootstrap"
-  tar -C "$root" --numeric-owner -cf "$tarball.part" .
+  # Nothing may be mounted in the root when it is packed (debootstrap can leave proc, sys and
+  # dev/pts mounted); --one-file-system keeps anything mounted later out of the image too.
+  "$here/rootfs-unmount.sh" "$root" || die "cannot unmount what debootstrap left under $root"
+  tar -C "$root" --numeric-owner --one-file-system -cf "$tarball.part" .
   mv "$tarball.part" "$tarball"
   # Older builds of this arch are dead weight now.
   find "$cache/images" -maxdepth 1 -name "testhost-$suite-$arch-*.tar" ! -name "$(basename "$tarball")" -delete

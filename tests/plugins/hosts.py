@@ -51,13 +51,13 @@ DOCKER_FLAGS = (
 def image_ref(arch: str) -> str:
     """Return the image reference build-base-image.sh makes for ``arch``.
 
-    The tag carries the same key as the script (sha256 of the package list, then the script), so
-    an edited package list can never be tested against a stale image.
+    The tag carries the same key as the script (sha256 of the package list, the script, then
+    rootfs-unmount.sh), so an edited package list can never be tested against a stale image.
     """
     if arch not in ARCHES:
         raise ValueError(f"arch must be one of {ARCHES}, got {arch!r}")
     digest = hashlib.sha256()
-    for name in ("base-image.packages", "build-base-image.sh"):
+    for name in ("base-image.packages", "build-base-image.sh", "rootfs-unmount.sh"):
         digest.update((SCRIPTS / name).read_bytes())
     return f"{REPOSITORY}:{SUITE}-{arch}-{digest.hexdigest()[:12]}"
 
