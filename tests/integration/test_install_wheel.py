@@ -5,10 +5,10 @@ fresh venv outside the checkout, renders every example inventory exactly as the 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -31,31 +31,34 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`sparkops` from a wheel built from a copy of the sources (what an sdist holds), installed
-    in a new venv; the copy keeps the build's own folders out of the checkout."""
-    root = tmp_path_factory.mktemp("install")
-    source = root / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    shutil.copytree(
-        REPO / "src",
-        source / "src",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
-    wheels = root / "wheels"
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
+BUILD_WHEEL = REPO / "ansible" / "roles" / "sparkops_cli" / "files" / "build-wheel.py"
+
+
+def build_wheel(out: Path) -> Path:
+    """The wheel as the sparkops_cli role builds it on the controller (from a copy of the
+    sources, fixed timestamps)."""
+    result = subprocess.run(
+        [sys.executable, str(BUILD_WHEEL), str(REPO), str(out)],
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=root,
         env=_clean_env(),
     )
-    assert build.returncode == 0, build.stderr[-3000:]
-    (wheel,) = wheels.glob("sparkops-*.whl")
+    assert result.returncode == 0, result.stderr[-3000:]
+    wheel = Path(result.stdout.strip().splitlines()[-1])
+    assert wheel.parent == out and wheel.name.startswith("sparkops-")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`sparkops` from the wheel, installed in a new venv outside the checkout."""
+    root = tmp_path_factory.mktemp("install")
     target = root / "venv"
     venv.EnvBuilder(with_pip=True).create(target)
     install = subprocess.run(
@@ -68,6 +71,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert install.returncode == 0, install.stderr[-3000:]
     return target
+
+
+def test_the_same_sources_build_the_same_wheel(wheel: Path, tmp_path: Path) -> None:
+    """The role copies (and reinstalls) the wheel only when its bytes change."""
+    again = build_wheel(tmp_path)
+    assert again.read_bytes() == wheel.read_bytes()
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "sparkops/templates/serving/compose.yml.j2" in names
+    assert "sparkops/profiles/cpu-tiny.yaml" in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
 def _files(folder: Path) -> dict[str, tuple[bytes, int]]:
