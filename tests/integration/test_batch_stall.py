@@ -238,7 +238,7 @@ def test_real_vllm_replica_with_its_engine_stopped_is_routed_around(extra_vllm_s
     tag = f"stall-{os.getpid()}-{time.time_ns()}"  # nothing cached from another test
     inp = tmp_path / "notes.jsonl"
     with inp.open("w") as fh:
-        for row in [json.loads(x) for x in notes.read_text().splitlines()][:80]:
+        for row in [json.loads(x) for x in notes.read_text().splitlines()][:48]:
             fh.write(json.dumps({**row, "text": f"[{tag}] {row['text']}"}) + "\n")
     ids = [json.loads(x)["id"] for x in inp.read_text().splitlines()]
     job = {"pipeline": pipeline, "input": inp, "out": tmp_path / "job"}
@@ -250,7 +250,7 @@ def test_real_vllm_replica_with_its_engine_stopped_is_routed_around(extra_vllm_s
         "--concurrency", "8", "--stall-after", "20", "--sample-interval", "1",
     )  # fmt: skip
     try:
-        wait_for(lambda: len(lines(job["out"] / "results.jsonl")) >= 8, 600, "8 records")
+        wait_for(lambda: len(lines(job["out"] / "results.jsonl")) >= 6, 600, "6 records")
         assert proc.poll() is None, "the job ended before the engine could be stopped"
         stopped = engine_processes(hung.pid)
         for pid in stopped:
