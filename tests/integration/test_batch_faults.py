@@ -27,6 +27,7 @@ from tests.plugins.fault_server import (
     no_choices,
     not_json,
     ok,
+    openai_lines,
     slow,
     status,
     write_records,
@@ -105,14 +106,40 @@ def test_every_call_401_stops_fast_without_journalling_then_resumes(job, fault_s
     assert all(r["status"] == "done" for r in assert_exactly_once(job, ids).values())
 
 
-def test_a_step_field_the_records_lack_stops_before_any_request(job, fault_server):
-    write_records(job["input"], 50)
+def test_a_step_field_the_records_lack_stops_before_any_request_then_the_fix_runs(
+    job, fault_server
+):
+    ids = write_records(job["input"], 50)
     job["pipeline"].write_text(ONE_STEP.replace("{text}", "{summary}"))
     proc = run(job, fault_server)
     assert proc.returncode == 1
     (line,) = error_lines(proc.stderr)
     assert "all failed with the same cause" in line and "'summary'" in line
     assert sum(fault_server.requests.values()) == 0 and rows(job) == []
+    # the user fixes the pipeline: nothing had finished, so the job simply starts over
+    job["pipeline"].write_text(ONE_STEP)
+    fixed = run(job, fault_server)
+    assert fixed.returncode == 0, fixed.stderr
+    assert_exactly_once(job, ids)
+
+
+def test_an_openai_batch_job_fails_fast_too_and_resumes(tmp_path, fault_server):
+    inp, out = tmp_path / "batch.jsonl", tmp_path / "job"
+    ids = openai_lines(inp, 60)
+    fault_server.default = status(401)
+    cmd = [sys.executable, "-m", "sparkops.cli", "batch", "run", "--input", str(inp),
+           "--out", str(out), "--endpoint", fault_server.url, "--no-progress"]  # fmt: skip
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 1 and "HTTP 401" in first.stderr
+    for noise in NOISE:
+        assert noise not in first.stdout + first.stderr
+    assert (out / "results.jsonl").read_text() == ""
+    fault_server.default = ok()
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0, second.stderr
+    got = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert Counter(r["custom_id"] for r in got) == Counter(ids)
+    assert all(r["response"]["status_code"] == 200 for r in got)
 
 
 def test_fail_fast_off_finishes_with_errors_and_names_the_commonest_cause(job, fault_server):

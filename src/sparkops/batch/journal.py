@@ -335,8 +335,9 @@ def ensure_job_dir(directory: Path) -> bool:
 def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
     """Create or check the job directory; returns True when resuming.
 
-    A manifest that differs (other pipeline or input) is refused unless `restart`, in which
-    case the old files are moved to `previous-<time>/`, never deleted. An unreadable
+    A manifest that differs (other pipeline or input) is refused unless `restart`, or unless
+    no record has finished yet (nothing to mix: a fail-fast stop, then the fix); then the old
+    files are moved to `previous-<time>/`, never deleted. An unreadable
     manifest (empty or truncated by an older version or a crash) is rewritten when the job
     has no results yet; with results it cannot prove they belong to this experiment, so the
     user is told how to proceed either way.
@@ -365,13 +366,16 @@ def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
             if old is current:  # it was unreadable: regenerate it
                 write_json_atomic(path, current)
             return results.exists()
-        if changed and not restart:
+        finished = results.exists() and results.stat().st_size > 0
+        if changed and not restart and finished:
             what = ", ".join(k.replace("_fingerprint", "") for k in changed)
             raise UserError(
                 f"{directory} holds a job with a different {what}; resuming would mix two "
                 "experiments. Use a new --out DIR, or pass --restart to start over (the old "
                 "files are kept under DIR/previous-<time>/)"
             )
+        # --restart, or nothing finished yet (a job stopped by fail-fast, then its pipeline or
+        # --id-field fixed): nothing to mix, so the old files are set aside and the job starts
         backup = _new_backup_dir(directory)
         for name in _JOB_FILES:
             if (directory / name).exists():
