@@ -85,3 +85,13 @@ def test_ctrl_c_while_commands_load_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert cli.main(["batch", "status", "x"]) == 130
     assert capsys.readouterr().err == "sparkops: interrupted before anything started\n"
+
+
+def test_progress_on_a_resume_counts_finished_records_once():
+    from sparkops.batch.engine import Stats
+    from sparkops.batch.progress import ProgressView
+
+    stats = Stats(skipped=96, done=4)
+    view = ProgressView(stats, total=100, already=96, enabled=False)
+    view.update()
+    assert view._progress.tasks[0].completed == 100  # was 196: skipped counted twice

@@ -73,7 +73,7 @@ class ProgressView:
         hit = f"{s.hit_rate:.1%}" if s.hit_rate is not None else "-"
         self._progress.update(
             self._task,
-            completed=self.already + s.skipped + finished,
+            completed=self.already + finished,  # skipped records are among `already`
             rpm=rpm,
             hit=hit,
             inflight=s.in_flight,
