@@ -16,13 +16,27 @@ from sparkops.batch.status import job_status
 from sparkops.errors import JobStopped, UserError
 
 CRASH_LOG = "crash.log"
+EXIT_STATUSES = """\
+exit status:
+  0    every record done
+  3    finished, some records are errors (the summary names the commonest cause)
+  1    stopped part-way (fail-fast, no endpoint answered for --retry-for, every
+       endpoint stalled, disk full): fix the cause, run the same command to resume
+  2    usage or configuration error, before any request
+  130  interrupted (SIGINT), 143 (SIGTERM): in-flight calls cancelled, finished
+       records kept; run the same command to resume"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     batch = subparsers.add_parser("batch", help="run a batch job through a pipeline (resumable)")
     sub = batch.add_subparsers(dest="batch_command", required=True)
 
-    run = sub.add_parser("run", help="run or resume a job; re-run the same command to resume")
+    run = sub.add_parser(
+        "run",
+        help="run or resume a job; re-run the same command to resume",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument(
         "--pipeline", type=Path, help="pipeline YAML (not needed for OpenAI batch files)"
     )
