@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from sparkops.errors import UserError
+from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
 from sparkops.render.inventory import read_inventory
-from sparkops.render.stack import client_endpoints, plan_stack
+from sparkops.render.stack import client_endpoints, plan_stack, required_images
 
 TOPOLOGIES = {
     "single": ({"spark-1": "10.0.0.11"}, {"vllm_serving_topology": "single"}),
@@ -323,3 +324,75 @@ def test_the_example_inventories_render(tmp_path, monkeypatch, name):
         assert compose["services"]["vllm"]["command"][0] == str(
             tmp_path / "cache" / "models" / "tiny"
         )
+
+
+def _images(tmp_path: Path, topology: str, **extra) -> dict[str, list[dict]]:
+    inv = read_inventory(make_inventory(tmp_path / topology, topology, **extra))
+    stacks = plan_stack(inv, secrets={"LITELLM_MASTER_KEY": "k"})
+    return {host: required_images(stack) for host, stack in stacks.items()}
+
+
+def test_required_images_follow_the_stack(tmp_path):
+    """What the deploy builds or checks before `compose up` (tests/infra/test_deploy_images.py
+    runs it): vLLM everywhere, xxhash for the profile's hash, Ray on the Ray pair, LiteLLM on
+    the router host only."""
+    single = _images(tmp_path, "single")["spark-1"]
+    assert [(i["name"], i["modules"]) for i in single] == [
+        ("sparkops/vllm:gb10", ["vllm", "xxhash"])
+    ]
+    assert single[0]["build"]["context"] == "vllm"
+    assert "set vllm_serving_base_digest" in single[0]["build"]["problem"]
+    probe = single[0]["probe"]
+    assert probe[:7] == ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3"]
+    assert "VLLM_NO_USAGE_STATS=1" in probe
+    dp = _images(tmp_path, "data-parallel-4")
+    assert [i["name"] for i in dp["spark-1"]] == ["sparkops/vllm:gb10", "sparkops/litellm:local"]
+    router = dp["spark-1"][1]
+    assert router["build"] == {
+        "context": "litellm",
+        "args": {"BASE_IMAGE": "python:3.12-slim", "LITELLM_VERSION": "1.108.7"},
+        "problem": "",
+    }
+    assert "LITELLM_LOCAL_MODEL_COST_MAP=True" in router["probe"]
+    assert all(len(dp[h]) == 1 for h in ("spark-2", "spark-3", "spark-4"))
+    ray = _images(tmp_path, "pipeline-ray")
+    assert all(images[0]["modules"] == ["vllm", "xxhash", "ray"] for images in ray.values())
+    native = _images(tmp_path, "pipeline-mp")
+    assert all("ray" not in images[0]["modules"] for images in native.values())
+
+
+def test_a_pinned_digest_builds_and_a_users_own_image_is_only_checked(tmp_path):
+    digest = "sha256:" + "a" * 64
+    (pinned,) = _images(tmp_path, "single", vllm_serving_base_digest=digest)["spark-1"]
+    assert pinned["build"]["problem"] == ""
+    assert pinned["build"]["args"]["VLLM_DIGEST"] == digest
+    with pytest.raises(UserError, match="vllm_serving_base_digest"):
+        _images(tmp_path / "bad", "single", vllm_serving_base_digest="latest")
+    (own,) = _images(tmp_path / "own", "single", vllm_serving_image="lab/vllm:1")["spark-1"]
+    assert own["build"] is None and own["name"] == "lab/vllm:1"
+
+
+def test_a_profiles_image_is_used_unless_the_inventory_names_one(tmp_path):
+    """NVIDIA's own vLLM container is a profile's `image:` (docker/README.md)."""
+    data = load_profile("gb10-llama31-8b-fp8").model_dump(exclude_none=True)
+    data["image"] = "example/vllm-nvidia:1"
+    (tmp_path / "nv.yaml").write_text(yaml.safe_dump(data))
+    inv = make_inventory(tmp_path / "a", "single", vllm_serving_profile=str(tmp_path / "nv.yaml"))
+    render_inventory(inv, tmp_path / "out")
+    assert _compose(tmp_path / "out", "spark-1")["services"]["vllm"]["image"] == data["image"]
+    (image,) = _images(tmp_path, "single", vllm_serving_profile=str(tmp_path / "nv.yaml"))[
+        "spark-1"
+    ]
+    assert image["build"] is None  # the kit never builds someone else's image
+    inv = make_inventory(
+        tmp_path / "b",
+        "single",
+        vllm_serving_profile=str(tmp_path / "nv.yaml"),
+        vllm_serving_image="lab/vllm:2",
+    )
+    render_inventory(inv, tmp_path / "out2")
+    assert _compose(tmp_path / "out2", "spark-1")["services"]["vllm"]["image"] == "lab/vllm:2"
+    data["image"] = "has space"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match="'image'"):
+        load_profile(tmp_path / "bad.yaml")

@@ -2,8 +2,11 @@
 
     {{ hostvars | sparkops_render(groups, inventory_hostname, ansible_managed) }}
 
-returns {role, health_url, files: [{path, content, mode}]} for the host (role: single, replica,
-head, worker; files empty when the host serves nothing). It runs the same validation
+returns {role, health_url, files: [{path, content, mode}], images, client_endpoints} for the
+host (role: single, replica, head, worker; files and images empty when the host serves
+nothing; images: what the deploy builds or checks before `compose up`, see
+sparkops.render.stack.required_images; client_endpoints: the --endpoint URLs a batch client
+uses, every serving host's, following the inventory). It runs the same validation
 (profile rules, bind address, topology) and the same templates as `sparkops render`, so the
 CLI and Ansible cannot drift: nothing is written twice.
 """
@@ -21,12 +24,14 @@ try:
     from sparkops.render import plan_stack, render_host
     from sparkops.render.inventory import Inventory
     from sparkops.render.settings import serving_topology
+    from sparkops.render.stack import client_endpoints, required_images
 except ImportError:  # ansible from another environment: use the checkout's sources
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
     from sparkops.errors import UserError
     from sparkops.render import plan_stack, render_host
     from sparkops.render.inventory import Inventory
     from sparkops.render.settings import serving_topology
+    from sparkops.render.stack import client_endpoints, required_images
 
 PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_")
 PLAIN = ("ansible_host", "sparkops_topology")
@@ -40,6 +45,13 @@ ANSIBLE_ONLY = frozenset(
         "vllm_serving_image_info",
         "vllm_serving_health",
         "vllm_serving_log_tail",
+        "vllm_serving_docker_dir",
+        "vllm_serving_engine_arch",
+        "vllm_serving_image_build",
+        "vllm_serving_image_ready",
+        "vllm_serving_image_probe",
+        "vllm_serving_expected",
+        "vllm_serving_machines",
         "litellm_router_env_file",
         "litellm_router_health",
         "ray_cluster_status",
@@ -74,8 +86,15 @@ def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (
         stacks = plan_stack(inventory)
     except UserError as err:
         raise AnsibleFilterError(str(err)) from None
+    endpoints = client_endpoints(inventory, stacks)
     if host not in stacks:
-        return {"role": "none", "health_url": "", "files": []}
+        return {
+            "role": "none",
+            "health_url": "",
+            "files": [],
+            "images": [],
+            "client_endpoints": endpoints,
+        }
     stack = stacks[host]
     serving = stack.serving
     return {
@@ -85,6 +104,8 @@ def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (
             {"path": f.path, "content": f.content, "mode": f"{f.mode:04o}"}
             for f in render_host(stack, managed_header)
         ],
+        "images": required_images(stack),
+        "client_endpoints": endpoints,
     }
 
 

@@ -61,5 +61,14 @@ class Profile(BaseModel):
         default=None,
         description="The model's config.json (optional): lets the planner size KV per token.",
     )
+    image: str = Field(
+        default="",
+        pattern=r"^[^\s]*$",
+        description=(
+            "The container image this profile runs in when the inventory sets no "
+            "vllm_serving_image (e.g. NVIDIA's own vLLM container; docker/README.md). "
+            "Empty: the kit's image, sparkops/vllm:gb10 or sparkops/vllm:cpu."
+        ),
+    )
     vllm: VllmArgs
     env: dict[str, str] = Field(default_factory=dict)

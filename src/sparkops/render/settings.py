@@ -26,7 +26,8 @@ class ServingVars(_Strict):
     # None: follow the inventory's sparkops_topology (see TOPOLOGY_OF), else single.
     topology: Literal["single", "data-parallel", "pipeline-parallel"] | None = None
     profile: str = "gb10-gemma4-12b-fp8"
-    image: str = "sparkops/vllm:gb10"
+    # Empty: the profile's `image`, else the kit's image for its platform (stack.KIT_IMAGES).
+    image: str = ""
     port: int = Field(default=8000, ge=1, le=65535)
     bind_address: str = "127.0.0.1"
     allow_public_bind: bool = False
@@ -48,6 +49,15 @@ class ServingVars(_Strict):
     extra_volumes: list[str] = Field(default_factory=list)
     # Compose project name (containers are <project>-vllm-1, <project>-router-1).
     project: str = Field(default="sparkops", pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    # Build a missing kit image (sparkops/vllm:gb10, sparkops/litellm:local) on the host before
+    # `compose up`, for the engine's own architecture; false: only check the images.
+    build_images: bool = True
+    # Where the deploy copies the docker/ build folders on the host.
+    build_dir: str = "/opt/sparkops/build"
+    # docker/vllm's base: an arm64 vLLM image and its digest (required to build: a moving tag
+    # changed vLLM's defaults under other kits). Read it with `docker buildx imagetools inspect`.
+    base_image: str = "vllm/vllm-openai:v0.32.0"
+    base_digest: str = Field(default="", pattern=r"^(sha256:[0-9a-f]{64})?$")
 
     @field_validator("model_dir")
     @classmethod
@@ -75,6 +85,9 @@ class RouterVars(_Strict):
     """litellm_router_*: the LiteLLM proxy in front of data-parallel replicas."""
 
     image: str = "sparkops/litellm:local"
+    # docker/litellm's Python base image and the LiteLLM release it installs.
+    base_image: str = "python:3.12-slim"
+    version: str = Field(default="1.108.7", pattern=r"^[0-9][0-9A-Za-z.+-]*$")
     port: int = Field(default=4000, ge=1, le=65535)
     bind_address: str = "127.0.0.1"
     model_name: str = ""

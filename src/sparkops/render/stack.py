@@ -35,6 +35,9 @@ TELEMETRY_OFF = {
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+# The kit's own images and the docker/ folder each is built from (on the host, by the deploy).
+KIT_IMAGES = {"gb10": "sparkops/vllm:gb10", "cpu": "sparkops/vllm:cpu"}
+ROUTER_IMAGE = "sparkops/litellm:local"
 SERVING_GROUP = "sparks"
 
 
@@ -109,7 +112,7 @@ def _vllm_service(
     command = serve_command(profile, model=model, host=listen, port=serving.port, parallel=parallel)
     probe_host = "127.0.0.1" if listen in ("0.0.0.0", "127.0.0.1") else listen
     return {
-        "image": serving.image,
+        "image": serving.image or profile.image or KIT_IMAGES[profile.platform],
         "command": command,
         "env": {**_base_env(profile, serving), **(env or {})},
         "network_host": network_host,
@@ -307,3 +310,111 @@ def client_endpoints(inv: Inventory, stacks: dict[str, HostStack]) -> list[str]:
         )
         urls.append(f"http://{address}:{serving.port}/v1")
     return urls
+
+
+def _python_probe(modules: list[str], imports: list[str]) -> str:
+    """A python3 one-liner printing one JSON line: the modules it cannot find or load, and the
+    machine its binaries run as (an image imported without a platform claims the engine's
+    architecture in its metadata whatever its binaries are; emulation runs them anyway).
+
+    find_spec does not import (vLLM's import loads torch: seconds per probe); xxhash is
+    imported because vLLM accepts `--prefix-caching-hash-algo xxhash` and fails only later.
+    """
+    return (
+        "import importlib.util, json, platform, sys\n"
+        f"missing = [m for m in {modules!r} if importlib.util.find_spec(m) is None]\n"
+        f"for m in [m for m in {imports!r} if m not in missing]:\n"
+        "    try:\n"
+        "        __import__(m)\n"
+        "    except Exception as err:\n"
+        "        missing.append(f'{m} ({type(err).__name__}: {err})')\n"
+        "print(json.dumps({'missing': missing, 'machine': platform.machine()}))"
+    )
+
+
+def _probe_argv(image: str, env: dict[str, str], volumes: list[str], code: str) -> list[str]:
+    """`docker run` of python3 in the image, offline, with the service's env and mounts."""
+    environment = [x for key, value in sorted(env.items()) for x in ("--env", f"{key}={value}")]
+    return [
+        "docker", "run", "--rm", "--network", "none", "--entrypoint", "python3",
+        *volumes, *environment, image, "-c", code,
+    ]  # fmt: skip
+
+
+def _vllm_build(stack: HostStack) -> dict[str, Any] | None:
+    """docker/vllm for the kit's GB10 image: FROM the base image pinned by its digest."""
+    if stack.vllm["image"] != KIT_IMAGES["gb10"]:
+        return None
+    serving = stack.serving
+    problem = ""
+    if not serving.base_digest:
+        problem = (
+            f"set vllm_serving_base_digest to the sha256 digest of {serving.base_image} for "
+            f"linux/arm64 (`docker buildx imagetools inspect {serving.base_image}`): the kit "
+            "builds vLLM only from a pinned base"
+        )
+    return {
+        "context": "vllm",
+        "args": {
+            "VLLM_BASE": serving.base_image,
+            "VLLM_DIGEST": serving.base_digest,
+            "WITH_RAY": "1",
+        },
+        "problem": problem,
+    }
+
+
+def required_images(stack: HostStack) -> list[dict[str, Any]]:
+    """Every image this host's stack runs, with what the deploy checks in it before `up`.
+
+    Each: name; `build` (the docker/ folder that builds it and its build args, with `problem`
+    set when it cannot be built as configured; None for an image the kit does not build, such
+    as NVIDIA's container or the CPU stand-in); `modules` that must be in it (vllm; xxhash
+    when the profile hashes with it; ray for the Ray pipeline pair; litellm in the router);
+    and `probe`, the argv of a `docker run` that checks them with the stack's own mounts and
+    environment (a venv mounted from the host counts, as it does at run time).
+    """
+    vllm = stack.vllm
+    modules = ["vllm"]
+    imports: list[str] = []
+    if (stack.profile.vllm.prefix_caching_hash_algo or "").startswith("xxhash"):
+        modules.append("xxhash")
+        imports.append("xxhash")
+    if stack.ray and stack.ray["backend"] == "ray":
+        modules.append("ray")
+    mounts = [vllm["model_dir"]] if vllm["model_dir"] else []
+    mounts += list(vllm["extra_volumes"])
+    volumes = [x for path in mounts for x in ("--volume", f"{path}:{path}:ro")]
+    images = [
+        {
+            "name": vllm["image"],
+            "build": _vllm_build(stack),
+            "modules": modules,
+            "probe": _probe_argv(
+                vllm["image"], vllm["env"], volumes, _python_probe(modules, imports)
+            ),
+        }
+    ]
+    if stack.router:
+        settings: RouterVars = stack.router["settings"]
+        router = settings.image
+        images.append(
+            {
+                "name": router,
+                "build": {
+                    "context": "litellm",
+                    "args": {
+                        "BASE_IMAGE": settings.base_image,
+                        "LITELLM_VERSION": settings.version,
+                    },
+                    "problem": "",
+                }
+                if router == ROUTER_IMAGE
+                else None,
+                "modules": ["litellm"],
+                "probe": _probe_argv(
+                    router, stack.router["env"], [], _python_probe(["litellm.proxy"], [])
+                ),
+            }
+        )
+    return images
