@@ -7,8 +7,10 @@ import json
 import subprocess
 
 import pytest
+import yaml
 
-from sparkops.profiles import available_profiles
+from sparkops.errors import UserError
+from sparkops.profiles import available_profiles, load_profile
 from sparkops.render import render_inventory
 from tests.unit.test_render import TOPOLOGIES, make_inventory
 
@@ -25,6 +27,16 @@ def test_compose_config_accepts_every_rendered_stack(tmp_path, monkeypatch, topo
             vllm_serving_model_dir=str(tmp_path / "models" / "tiny"), vllm_serving_gpus=False
         )
     inventory = make_inventory(tmp_path / "inv", topology, **extra)
+    if profile == "cpu-tiny" and topology.startswith("pipeline"):
+        # An eager vLLM-CPU worker fails every request with PP (profiles/checks.py): refused,
+        # and the stack renders once the profile compiles.
+        with pytest.raises(UserError, match=r"set vllm\.enforce_eager: false"):
+            render_inventory(inventory, tmp_path / "out")
+        data = load_profile("cpu-tiny").model_dump(exclude_none=True)
+        data["vllm"]["enforce_eager"] = False
+        (tmp_path / "cpu-tiny.yaml").write_text(yaml.safe_dump(data))
+        extra["vllm_serving_profile"] = str(tmp_path / "cpu-tiny.yaml")
+        inventory = make_inventory(tmp_path / "inv", topology, **extra)
     rendered = render_inventory(inventory, tmp_path / "out")
     for host in rendered:
         folder = tmp_path / "out" / host
@@ -54,7 +66,7 @@ def test_compose_config_accepts_every_rendered_stack(tmp_path, monkeypatch, topo
             assert device["capabilities"] == ["gpu"]
         else:
             assert "deploy" not in vllm
-        if host == "spark-1" and topology == "data-parallel":
+        if host == "spark-1" and topology.startswith("data-parallel"):
             router = config["services"]["router"]
             assert router["environment"]["LITELLM_MASTER_KEY"].startswith("sk-")
             assert router["environment"]["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"

@@ -396,3 +396,18 @@ def test_a_profiles_image_is_used_unless_the_inventory_names_one(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(UserError, match="'image'"):
         load_profile(tmp_path / "bad.yaml")
+
+
+def test_the_ansible_filter_gives_batch_jobs_every_replica(tmp_path):
+    """batch.yml's endpoints: `hostvars | sparkops_client_endpoints(groups)`, no master key."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "ansible/plugins/filter/sparkops_render.py"
+    spec = importlib.util.spec_from_file_location("sparkops_render_filter", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    inv = read_inventory(make_inventory(tmp_path / "inv", "data-parallel-4"))
+    groups = {"all": inv.hosts, "sparks": inv.hosts}
+    urls = module.sparkops_client_endpoints(inv.hostvars, groups)
+    assert urls == [f"http://10.0.0.1{i}:8000/v1" for i in range(1, 5)]
+    assert "sparkops_client_endpoints" in module.FilterModule().filters()

@@ -109,6 +109,23 @@ def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (
     }
 
 
+def sparkops_client_endpoints(hostvars, groups) -> list[str]:
+    """The --endpoint URLs a batch client uses, following the inventory (every data-parallel
+    replica, the pipeline head, the single server). Needs no router master key: a job calls
+    the replicas directly (batch.yml: `hostvars | sparkops_client_endpoints(groups)`)."""
+    hosts = list(groups.get("sparks") or groups.get("all") or [])
+    inventory = Inventory(
+        hosts=hosts,
+        hostvars={h: _host_vars(hostvars, h) for h in hosts},
+        groups={name: list(members) for name, members in groups.items()},
+    )
+    try:
+        stacks = plan_stack(inventory, secrets={"LITELLM_MASTER_KEY": "unused-for-endpoints"})
+    except UserError as err:
+        raise AnsibleFilterError(str(err)) from None
+    return client_endpoints(inventory, stacks)
+
+
 def sparkops_serving_topology(host_vars) -> str:
     """single | data-parallel | pipeline-parallel for a host's variables (hostvars[host])."""
     return serving_topology(
@@ -122,5 +139,6 @@ class FilterModule:
     def filters(self):
         return {
             "sparkops_render": sparkops_render,
+            "sparkops_client_endpoints": sparkops_client_endpoints,
             "sparkops_serving_topology": sparkops_serving_topology,
         }
