@@ -27,7 +27,15 @@ import pytest
 from sparkops.batch import job as job_mod
 from sparkops.batch.job import JobConfig, run_job
 from sparkops.errors import UserError
-from tests.plugins.fault_server import FaultServer, hang, openai_lines, raw, slow, write_records
+from tests.plugins.fault_server import (
+    FaultServer,
+    hang,
+    openai_lines,
+    raw,
+    slow,
+    status,
+    write_records,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -119,15 +127,15 @@ def test_second_run_is_refused_naming_the_pid_and_kill_9_leaves_a_lock_the_next_
         assert second.returncode == 2
         line = one_error_line(second)
         assert f"in use by another sparkops batch run (pid {first.pid})" in line
-        status = sparkops("batch", "status", str(job["out"]))
-        assert status.returncode == 0 and f"running (pid {first.pid})" in status.stdout
+        shown = sparkops("batch", "status", str(job["out"]))
+        assert shown.returncode == 0 and f"running (pid {first.pid})" in shown.stdout
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
     assert first.returncode == -signal.SIGKILL
     assert (job["out"] / "lock").read_text().strip() == str(first.pid)  # left behind
-    status = sparkops("batch", "status", str(job["out"]), "--json")
-    assert json.loads(status.stdout)["running_pid"] is None  # a stale pid is not "running"
+    shown = sparkops("batch", "status", str(job["out"]), "--json")
+    assert json.loads(shown.stdout)["running_pid"] is None  # a stale pid is not "running"
     fault_server.default = slow(0.01)
     third = run(job, fault_server, "--concurrency", "4")
     assert third.returncode == 0, third.stderr
@@ -279,6 +287,15 @@ def test_models_of_another_shape_is_one_line_before_any_request(job, fault_serve
     proc = run(job, fault_server)
     assert proc.returncode == 2
     assert "does not answer like vLLM or LiteLLM" in one_error_line(proc)
+    assert fault_server.paths[COMPLETIONS] == 0
+
+
+def test_models_refused_with_401_names_the_api_key_option(job, fault_server):
+    write_records(job["input"], 3)
+    fault_server.override("/v1/models", status(401))
+    proc = run(job, fault_server)
+    assert proc.returncode == 2
+    assert "/v1/models answered HTTP 401; check --api-key-env" in one_error_line(proc)
     assert fault_server.paths[COMPLETIONS] == 0
 
 
