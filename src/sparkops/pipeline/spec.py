@@ -8,6 +8,7 @@ so a multi-day job never dies on step three after hours of work.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -179,8 +180,15 @@ def successors(spec: PipelineSpec, name: str) -> list[str]:
 
 def template_fields(template: str) -> list[str]:
     """Names of the `{field}` placeholders in a str.format template, in order."""
+    return list(_template_fields(template))
+
+
+@functools.lru_cache(maxsize=1024)
+def _template_fields(template: str) -> tuple[str, ...]:
+    """Parsed once per template: every call of every record asks (about 1/6 of the client's
+    CPU per request when parsed each time)."""
     try:
-        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f is not None)
     except ValueError as err:
         raise ValueError(
             f"bad template {template!r}: {err}; write literal braces as {{{{ }}}}"
