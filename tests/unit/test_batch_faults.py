@@ -95,3 +95,19 @@ def test_progress_on_a_resume_counts_finished_records_once():
     view = ProgressView(stats, total=100, already=96, enabled=False)
     view.update()
     assert view._progress.tasks[0].completed == 100  # was 196: skipped counted twice
+
+
+def test_bad_fail_fast_and_retry_for_are_usage_errors(capsys):
+    from sparkops import cli
+
+    base = ["batch", "run", "--input", "in.jsonl", "--out", "job", "--endpoint", "http://h:1"]
+    for bad in (["--fail-fast", "-1"], ["--fail-fast", "x"], ["--retry-for", "0"],
+                ["--retry-for", "nan"], ["--retry-for", "inf"]):  # fmt: skip
+        try:
+            cli.main([*base, *bad])
+        except SystemExit as exit_:
+            assert exit_.code == 2
+        else:
+            raise AssertionError(f"{bad} accepted")
+        err = capsys.readouterr().err
+        assert f"argument {bad[0]}" in err and "Traceback" not in err
