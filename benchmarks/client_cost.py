@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
+import io
 import json
+import pstats
 import socket
 import statistics
 import subprocess
@@ -27,6 +30,7 @@ from pathlib import Path
 import aiohttp
 
 from sparkops.batch import JobConfig, run_job_async
+from sparkops.batch.connections import RECYCLE_EVERY
 
 HERE = Path(__file__).resolve().parent
 
@@ -105,7 +109,9 @@ async def plain_loop(base: str, n: int, concurrency: int, model: str) -> float:
         return (time.process_time() - t0) / n * 1e6
 
 
-async def sparkops_job(base: str, n: int, concurrency: int, model: str, tmp: Path) -> float:
+async def sparkops_job(
+    base: str, n: int, concurrency: int, model: str, tmp: Path, recycle: int = RECYCLE_EVERY
+) -> float:
     pipeline, records = write_inputs(tmp, n, model)
     cfg = JobConfig(
         input=records,
@@ -114,6 +120,7 @@ async def sparkops_job(base: str, n: int, concurrency: int, model: str, tmp: Pat
         pipeline=pipeline,
         concurrency=concurrency,
         progress=False,
+        recycle_every=recycle,
     )
     t0 = time.process_time()
     summary = await run_job_async(cfg)
@@ -121,24 +128,31 @@ async def sparkops_job(base: str, n: int, concurrency: int, model: str, tmp: Pat
     return (time.process_time() - t0) / n * 1e6
 
 
-def measure(name: str, base: str, n: int, concurrency: int, model: str, rounds: int) -> dict:
+def measure(
+    name: str, base: str, n: int, concurrency: int, model: str, rounds: int, recycle: int
+) -> dict:
     """`rounds` pairs, the order alternating (the first run against a server pays for its
     warm-up, which once made a single pair read 1.56 instead of about 1.2); median of each."""
     plain: list[float] = []
     ours: list[float] = []
+
+    def ours_once(tmp: Path) -> float:
+        return asyncio.run(sparkops_job(base, n, concurrency, model, tmp, recycle))
+
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):
             if i % 2 == 0:
                 plain.append(asyncio.run(plain_loop(base, n, concurrency, model)))
-                ours.append(asyncio.run(sparkops_job(base, n, concurrency, model, Path(tmp))))
+                ours.append(ours_once(Path(tmp)))
             else:
-                ours.append(asyncio.run(sparkops_job(base, n, concurrency, model, Path(tmp))))
+                ours.append(ours_once(Path(tmp)))
                 plain.append(asyncio.run(plain_loop(base, n, concurrency, model)))
     row = {
         "target": name,
         "requests": n,
         "in_flight": concurrency,
         "rounds": rounds,
+        "recycle_every": recycle,
         "plain_us": round(statistics.median(plain)),
         "sparkops_us": round(statistics.median(ours)),
         "ratio": round(statistics.median(ours) / statistics.median(plain), 2),
@@ -146,6 +160,21 @@ def measure(name: str, base: str, n: int, concurrency: int, model: str, rounds: 
     }
     print(json.dumps(row), flush=True)
     return row
+
+
+def profile(base: str, n: int, concurrency: int, model: str, out: Path) -> None:
+    """cProfile of one kit job (the hot path: self time first, then cumulative)."""
+    prof = cProfile.Profile()
+    with tempfile.TemporaryDirectory() as tmp:
+        prof.enable()
+        us = asyncio.run(sparkops_job(base, n, concurrency, model, Path(tmp)))
+        prof.disable()
+    buf = io.StringIO()
+    buf.write(f"{us:.0f} us/request under the profiler\n")
+    stats = pstats.Stats(prof, stream=buf)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(40)
+    out.write_text(buf.getvalue())
 
 
 def served_model(base: str) -> str:
@@ -160,13 +189,40 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1000)
     ap.add_argument("--vllm", help="base URL of a running vLLM server")
     ap.add_argument("--rounds", type=int, default=3, help="alternating pairs per target")
+    ap.add_argument(
+        "--recycle-every",
+        type=int,
+        default=RECYCLE_EVERY,
+        help="the kit's requests per kept-alive connection (0: never recycle)",
+    )
+    ap.add_argument("--no-local", action="store_true", help="skip the local responder")
+    ap.add_argument("--profile", type=Path, help="also profile one kit job, top 40 to this file")
     args = ap.parse_args()
-    with running_responder() as base:
-        measure("local responder", base, args.requests, args.concurrency, "tiny", args.rounds)
+    if not args.no_local:
+        with running_responder() as base:
+            measure(
+                "local responder",
+                base,
+                args.requests,
+                args.concurrency,
+                "tiny",
+                args.rounds,
+                args.recycle_every,
+            )
     if args.vllm:
         base = args.vllm.rstrip("/").removesuffix("/v1")
         model = served_model(base)
-        measure("vLLM-CPU (tiny)", base, args.vllm_requests, args.concurrency, model, args.rounds)
+        measure(
+            f"vLLM {base}",
+            base,
+            args.vllm_requests,
+            args.concurrency,
+            model,
+            args.rounds,
+            args.recycle_every,
+        )
+        if args.profile:
+            profile(base, args.vllm_requests, args.concurrency, model, args.profile)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,13 @@ from typing import Any
 import aiohttp
 
 from sparkops.batch import openai_batch
+from sparkops.batch.admission import Admission
+from sparkops.batch.connections import (
+    CONNECT_GAP_S,
+    RECYCLE_EVERY,
+    ConnectionRecycler,
+    ConnectPacer,
+)
 from sparkops.batch.endpoints import Endpoint, EndpointPool
 from sparkops.batch.journal import Journal
 from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
@@ -98,6 +105,10 @@ class EngineConfig:
     max_wait: int | None = None
     # Stop when the first this-many calls all fail with one cause (0: never).
     fail_fast: int = 20
+    # Requests per kept-alive connection before it is recycled (batch/connections.py; 0: never)
+    recycle_every: int = RECYCLE_EVERY
+    # Seconds between two new connections (batch/connections.py; 0: no pacing)
+    connect_gap: float = CONNECT_GAP_S
 
 
 class Engine:
@@ -137,6 +148,8 @@ class Engine:
         self._headers = {"Content-Type": "application/json"}
         if cfg.api_key:
             self._headers["Authorization"] = f"Bearer {cfg.api_key}"
+        self._conns = ConnectionRecycler(self._headers, cfg.recycle_every)
+        self._pacer = ConnectPacer(cfg.connect_gap)
 
     # ---- dispatcher -------------------------------------------------------------------
     async def run(self, items: Iterator[Record | InputProblem]) -> Stats:
@@ -162,17 +175,24 @@ class Engine:
         )
         exhausted = False
         stats = self.stats
+        # a steady mix of steps, not cohorts (batch/admission.py)
+        admission = Admission(
+            self.cfg.concurrency, len(self.pipeline.steps) if self.pipeline else 1
+        )
         tasks: set[asyncio.Task[tuple[RecordState, CallResult]]] = set()
         watchdog = loop.create_task(self._watchdog())
         try:
             while self.stop_reason is None:
-                while not exhausted and len(ready) + stats.in_flight < max_active:
+                while not exhausted and (busy := len(ready) + stats.in_flight) < max_active:
+                    if busy and not admission.may_admit(busy):
+                        break
                     item = next(items, None)
                     if item is None:
                         exhausted = True
                         break
                     state = self._admit(item)
                     if state is not None:
+                        admission.admitted()
                         ready.push(state)
                     elif self.stop_reason is not None:
                         return
@@ -191,9 +211,13 @@ class Engine:
                     stats.in_flight -= 1
                     state, result = task.result()
                     ready.done(state.step)
+                    if not state.steps:  # its first call (none answered before it)
+                        admission.first_call_done()
                     nxt = self._advance(state, result)
                     if nxt is not None:
                         ready.push(nxt)
+                    else:
+                        admission.record_left(len(state.steps))
                     if self.stop_reason is not None:
                         return
                     try:
@@ -499,8 +523,9 @@ class Engine:
         self.pool.call_started(ep, started)  # stall watch: this task has a call in flight here
         answered = timed_out = False
         try:
+            await self._pacer.before(ep.base, ep.outstanding)  # a new connection: its turn
             async with self._session.post(
-                ep.base + path, data=payload, headers=self._headers
+                ep.base + path, data=payload, headers=self._conns.headers()
             ) as resp:
                 raw = await resp.read()
                 answered = True

@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from sparkops.batch import openai_batch, server, stall
+from sparkops.batch.connections import CONNECT_GAP_S, RECYCLE_EVERY
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
 from sparkops.batch.journal import (
@@ -78,6 +79,9 @@ class JobConfig:
     # seconds without progress before an endpoint counts as stalled (None: the rule in
     # batch/stall.py; 0: never)
     stall_after: float | None = None
+    # requests per kept-alive connection before it is recycled (batch/connections.py)
+    recycle_every: int = RECYCLE_EVERY
+    connect_gap: float = CONNECT_GAP_S
 
 
 @dataclass
@@ -264,6 +268,8 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                 run,
                 cfg.max_wait,
                 cfg.fail_fast,
+                recycle_every=cfg.recycle_every,
+                connect_gap=cfg.connect_gap,
             ),
             pool,
             journal,

@@ -1,0 +1,84 @@
+"""Kept-alive connections, opened at a pace and recycled now and then, so a multi-process
+front end shares the load.
+
+Why: vLLM's `--api-server-count N` runs N API server processes that accept on one shared
+listening socket. A process's accept loop takes every pending connection it finds, so the
+~1,000 connections a job opens at its start land mostly on whichever process woke first,
+and a kept-alive connection stays there for the whole job. Measured on an H200 with four
+API servers (benchmarks/README.md): one process at 120-128% CPU (the front end's limit)
+while another idled at 12-44%, and the kit gained 1.32x from four servers where vLLM's own
+benchmark gained 2.07x.
+
+Two small measures, both plain HTTP/1.1 and so fine with any server or proxy:
+
+- Connections are opened at a pace (`ConnectPacer`: at least `gap` seconds apart, 1,000 in
+  about a second), so each one is a separate accept that any process may win, and a busy
+  process (tokenizing) loses it to an idle one: the connections start evenly spread.
+  Every connection carries one request at a time, so an even spread is an even load.
+- Every `every`-th request asks the server to close its connection once it has answered
+  (`Connection: close`). Its replacement is accepted by whichever process reaches the
+  accept first, an idle one more often than a busy one, so a spread that drifted (a
+  process restarted, connections dropped) evens out again. The cost is one TCP connect per
+  `every` requests (benchmarks/client_cost.py measures it), hence a large `every`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+# Requests per connection, on average. At 1,000 in flight each connection carries one
+# request at a time, so a connection lives `every` request latencies (seconds each).
+RECYCLE_EVERY = 128
+
+
+class ConnectionRecycler:
+    """The headers for each request: every `every`-th one closes its connection after."""
+
+    def __init__(self, headers: dict[str, str], every: int = RECYCLE_EVERY) -> None:
+        self.every = every
+        self.keep = dict(headers)
+        self.close = {**headers, "Connection": "close"}
+        self.sent = 0
+        self.closed = 0
+
+    def headers(self) -> dict[str, str]:
+        """Called once per request attempt; `every` <= 0 never closes."""
+        self.sent += 1
+        if self.every > 0 and self.sent % self.every == 0:
+            self.closed += 1
+            return self.close
+        return self.keep
+
+
+# Seconds between two new connections: 1,000 connections open in about a second.
+CONNECT_GAP_S = 0.001
+
+
+class ConnectPacer:
+    """Spaces the starts of new connections at least `gap` seconds apart (0: no pacing).
+
+    The pool opens a connection when more calls are outstanding to an endpoint than ever
+    before (released connections are reused), so that is when a call waits its turn; no
+    hook into aiohttp's connector is needed, and a call on a reused connection never waits.
+    """
+
+    def __init__(self, gap: float = CONNECT_GAP_S) -> None:
+        self.gap = gap
+        self._next = 0.0
+        self._peak: dict[str, int] = {}
+        self.paced = 0
+
+    async def before(self, endpoint: str, outstanding: int) -> None:
+        """Called with the endpoint's outstanding calls, this one included."""
+        if outstanding <= self._peak.get(endpoint, 0):
+            return
+        self._peak[endpoint] = outstanding
+        if self.gap <= 0:
+            return
+        self.paced += 1
+        now = time.monotonic()
+        slot = max(now, self._next)
+        self._next = slot + self.gap
+        if slot > now:
+            await asyncio.sleep(slot - now)
