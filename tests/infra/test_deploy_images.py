@@ -11,7 +11,9 @@ container sees. A router host in check mode shows the LiteLLM image build it wou
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -27,6 +29,7 @@ from tests.plugins.hosts import image_ref, run_docker
 pytestmark = pytest.mark.infra
 
 REPO = Path(__file__).resolve().parents[2]
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PLAY = """
 - name: Build or check the images, as deploy.yml does before compose up
   hosts: sparks
@@ -106,7 +109,9 @@ def _cases() -> dict[str, tuple[dict, list[str] | None]]:
     }
 
 
-def _start(folder: Path, group_vars: dict, hosts: list[str], check: bool) -> subprocess.Popen:
+def _start(
+    folder: Path, group_vars: dict, hosts: list[str], check: bool, extra: list[str] | None = None
+) -> subprocess.Popen:
     folder.mkdir(parents=True)
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     tree = {
@@ -127,6 +132,7 @@ def _start(folder: Path, group_vars: dict, hosts: list[str], check: bool) -> sub
     ]  # fmt: skip
     if check:
         argv.append("--check")
+    argv += extra or []
     return subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -182,3 +188,45 @@ def test_the_router_host_builds_the_litellm_image_it_lacks(results):
     build = after.split("TASK [", 1)[0]
     assert "changed: [spark-1] => (item=sparkops/litellm:local)" in build, build
     assert run_docker("image", "inspect", "sparkops/litellm:local", check=False).returncode
+
+
+@pytest.mark.timeout(1800)
+def test_the_router_image_is_built_for_real_and_passes_its_checks(docker_engine, tmp_path):
+    """images.yml builds docker/litellm on the router host (FROM the test bed's Debian base:
+    no registry here) and then finds LiteLLM's proxy in it. The image is tagged with a key of
+    the Dockerfile, so an edited Dockerfile is never tested through a stale image. A second
+    tag keeps its layers: the tested tag is removed first, so the deploy always builds, and
+    Docker's build cache makes a rerun take seconds instead of minutes (first run ~6 min)."""
+    dockerfile = REPO / "docker" / "litellm" / "Dockerfile"
+    key = hashlib.sha256(dockerfile.read_bytes()).hexdigest()[:12]
+    image = f"sparkops/litellm:test-{key}"
+    run_docker("image", "rm", image, check=False)
+    context = tmp_path / "docker"
+    shutil.copytree(REPO / "docker", context)
+    if HOST_CA_BUNDLE.is_file():  # pip in the build trusts what this machine trusts
+        shutil.copy(HOST_CA_BUNDLE, context / "litellm" / "extra-ca.pem")
+    venv, home = _venv_mounts()
+    group_vars = _serving(
+        image_ref("amd64"),
+        vllm_serving_extra_volumes=[venv, home],
+        vllm_serving_extra_env={"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin"},
+        vllm_serving_topology="data-parallel",
+        vllm_serving_build_dir=str(tmp_path / "build"),
+        litellm_router_image=image,
+        litellm_router_base_image=image_ref("amd64"),
+        litellm_router_master_key="sk-test",
+    )
+    started = time.monotonic()
+    run = _start(
+        tmp_path / "inv", group_vars, ["spark-1", "spark-2"], check=False,
+        extra=["-e", f"vllm_serving_docker_dir={context}"],
+    )  # fmt: skip
+    output = run.communicate(timeout=1700)[0]
+    seconds = time.monotonic() - started
+    assert run.returncode == 0, output[-5000:]
+    assert f"changed: [spark-1] => (item={image})" in output, output[-5000:]
+    assert f"ok: [spark-1] => (item={image}: litellm)" in output, output[-5000:]
+    inspect = run_docker("image", "inspect", "--format", "{{.Architecture}}", image)
+    assert inspect.stdout.strip() == "amd64"
+    run_docker("tag", image, f"sparkops/litellm-cache:{key}")
+    print(f"\nrouter image built and checked by the deploy in {seconds:.0f} s")

@@ -409,7 +409,7 @@ def required_images(stack: HostStack) -> list[dict[str, Any]]:
                     },
                     "problem": "",
                 }
-                if router == ROUTER_IMAGE
+                if router.partition(":")[0] == ROUTER_IMAGE.partition(":")[0]
                 else None,
                 "modules": ["litellm"],
                 "probe": _probe_argv(
