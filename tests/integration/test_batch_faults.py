@@ -189,13 +189,15 @@ def test_transient_failures_are_retried_and_permanent_ones_are_record_errors(job
 
 
 def test_a_record_the_server_always_fails_gives_up_alone(job, fault_server):
+    """The last record fails alone for --retry-for: that is its error (exit 3), not an
+    outage that stops the job (a re-run would stop on it again, for ever)."""
     ids = write_records(job["input"], 30)
-    fault_server.script("r5", *[status(500)] * 1000)
+    fault_server.script("r30", *[status(500)] * 1000)
     fault_server.default = slow(0.05)
     proc = run(job, fault_server, "--retry-for", "2", "--concurrency", "2")
     assert proc.returncode == 3, proc.stderr
     by_id = assert_exactly_once(job, ids)
-    assert by_id["r5"]["status"] == "error" and "gave up after" in by_id["r5"]["error"]
+    assert by_id["r30"]["status"] == "error" and "gave up after" in by_id["r30"]["error"]
     assert sum(r["status"] == "done" for r in by_id.values()) == 29
 
 

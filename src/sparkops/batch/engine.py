@@ -140,6 +140,12 @@ class Engine:
         self._last_ok = time.monotonic()
         self._failing = False
         self._last_failure = ""
+        # Since the last answer: records whose calls failed, and whether a connection was
+        # refused. One record failing alone (a prompt the server always answers 500) is that
+        # record's error, not an outage: the job stops only when the server is unreachable
+        # or calls of two or more records fail.
+        self._failing_ids: set[str] = set()
+        self._unreachable = False
         self._completions: asyncio.Queue | None = None
         self._over = False  # the dispatcher has returned: a late stop() changes nothing
         # OpenAI batch jobs: the kit's own per-request fields go to a side file (openai_batch)
@@ -260,7 +266,11 @@ class Engine:
                 return
 
     def _no_answer(self) -> bool:
-        return self._failing and time.monotonic() - self._last_ok >= self.cfg.retry_for
+        return (
+            self._failing
+            and time.monotonic() - self._last_ok >= self.cfg.retry_for
+            and (self._unreachable or len(self._failing_ids) > 1)
+        )
 
     def _stop_no_answer(self) -> None:
         self.stop(
@@ -480,10 +490,15 @@ class Engine:
                 if conn_error is False:
                     self.pool.mark_up(ep)
                 self._last_ok = time.monotonic()
-                self._failing = False
+                if self._failing:
+                    self._failing = self._unreachable = False
+                    self._failing_ids.clear()
                 return state, result
             self._failing = True
+            self._failing_ids.add(state.record.id)
             self._last_failure = result.error or f"HTTP {result.status}"
+            if conn_error and "Timeout" not in self._last_failure:
+                self._unreachable = True  # refused or reset: no server there, whatever the record
             if conn_error:
                 self.pool.mark_down(ep)
             if time.monotonic() >= deadline:
