@@ -1,0 +1,238 @@
+"""sparkops_cli through provision.yml on a real systemd Debian amd64 host: the kit lands in a venv
+built from the controller's checkout, a job user runs it, a second converge changes nothing
+(also with the host offline), and an install cut short is redone on the next run. Then
+batch.yml starts a job with the installed kit, as the job user, the API key kept off every
+command line and unit property.
+
+Only the sparkops_cli tag runs (the inventory check and preflight always run with it); the other
+roles have their own tests in test_provision.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.infra.test_provision import (
+    JOB_USER,
+    Run,
+    playbook,
+    put_fixture,
+    set_gpu_state,
+    write_inventory,
+)
+from tests.plugins.hosts import Host, offline, run_docker
+
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
+
+REPO = Path(__file__).resolve().parents[2]
+VENV = "/opt/sparkops/venv"
+WHEELHOUSE = "/opt/wheelhouse"
+TAGS = ("--tags", "sparkops_cli")
+
+
+@dataclass
+class Installed:
+    host: Host
+    inventory: Path
+    check: Run
+    first: Run
+    second: Run
+
+
+@pytest.fixture(scope="module")
+def installed(
+    systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
+) -> Installed:
+    host = systemd_host(arch="amd64")
+    host.exec(["useradd", "--create-home", JOB_USER], check=True)
+    put_fixture(host, "nvidia-smi")  # preflight reads the GPU (a stand-in: no GB10 here)
+    set_gpu_state(host, "load")
+    # The host installs the dependencies from a wheel folder, as an offline Spark would: the
+    # test bed's containers cannot verify the machine's TLS-inspecting proxy to reach an index.
+    wheelhouse = tmp_path_factory.mktemp("wheelhouse")
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    download = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
+    subprocess.run([*download, "-d", str(wheelhouse), *deps], check=True, timeout=600)
+    run_docker("cp", str(wheelhouse), f"{host.id}:{WHEELHOUSE}")
+    # The wheel is built from a snapshot of the checkout: the role rebuilds from its source
+    # folder on every run, and other work may edit the checkout between two converges.
+    source = tmp_path_factory.mktemp("checkout")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    inventory = write_inventory(
+        tmp_path_factory.mktemp("inventory"),
+        host,
+        {
+            "sparkops_cli_pip_args": ["--no-index", "--find-links", WHEELHOUSE],
+            "sparkops_cli_source_dir": str(source),
+        },
+    )
+    check = playbook(inventory, host, "--check", "--diff", *TAGS)
+    assert check.rc == 0, check.output[-4000:]
+    untouched = host.exec(f"ls -d {VENV} /usr/local/bin/sparkops 2>&1").stdout
+    assert untouched.count("No such file") == 2, untouched
+    first = playbook(inventory, host, *TAGS)
+    assert first.rc == 0, first.output[-4000:]
+    second = playbook(inventory, host, *TAGS)
+    print(
+        f"\nsparkops_cli amd64: check {check.seconds:.0f} s, first converge {first.seconds:.0f} s,"
+        f" second converge {second.seconds:.0f} s"
+    )
+    return Installed(host, inventory, check, first, second)
+
+
+def test_check_mode_on_a_fresh_host_reports_the_install(installed: Installed) -> None:
+    out = installed.check.output
+    assert "would install sparkops-0.1.0-py3-none-any.whl into /opt/sparkops/venv" in out
+    assert installed.check.changed >= 3 and installed.check.failed == 0
+
+
+def test_first_converge_installs_and_the_second_changes_nothing(installed: Installed) -> None:
+    assert installed.first.changed >= 5 and installed.first.failed == 0
+    assert (installed.second.changed, installed.second.failed) == (0, 0), installed.second.output
+
+
+def test_a_job_user_runs_the_installed_kit(installed: Installed) -> None:
+    host = installed.host
+    run_docker("cp", str(REPO / "inventory" / "single"), f"{host.id}:/tmp/inv-single")
+    host.exec(["chown", "-R", JOB_USER, "/tmp/inv-single"], check=True)
+    result = host.exec(
+        [
+            "su", "-", JOB_USER, "-c",
+            "cd && HF_TOKEN=hf_t sparkops render --inventory /tmp/inv-single --out stack",
+        ]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    compose = host.testinfra.file(f"/home/{JOB_USER}/stack/spark-1/compose.yml")
+    assert compose.exists and "vllm" in compose.content_string
+    assert host.testinfra.file(f"/home/{JOB_USER}/stack/spark-1/serving.env").mode == 0o600
+    where = host.exec(["su", "-", JOB_USER, "-c", "readlink -f $(command -v sparkops)"])
+    assert where.stdout.strip() == f"{VENV}/bin/sparkops"
+    # The code comes from the venv, not from any checkout.
+    module = host.exec([f"{VENV}/bin/python", "-c", "import sparkops; print(sparkops.__file__)"])
+    assert module.stdout.startswith(f"{VENV}/lib/")
+
+
+def test_a_converged_host_reconverges_offline(installed: Installed) -> None:
+    with offline(installed.host):
+        again = playbook(installed.inventory, installed.host, *TAGS)
+    assert again.rc == 0, again.output[-4000:]
+    assert (again.changed, again.failed) == (0, 0), again.output[-4000:]
+
+
+def test_an_install_cut_short_is_redone(installed: Installed) -> None:
+    host = installed.host
+    host.exec(["rm", f"{VENV}/sparkops-wheel.sha1"], check=True)
+    host.exec([f"{VENV}/bin/python", "-m", "pip", "uninstall", "-y", "-q", "sparkops"], check=True)
+    again = playbook(installed.inventory, host, *TAGS)
+    assert again.rc == 0, again.output[-4000:]
+    assert again.changed >= 2
+    assert host.exec([f"{VENV}/bin/sparkops", "--help"]).returncode == 0
+
+
+def run_batch_playbook(installed: Installed, extra: dict) -> subprocess.CompletedProcess[str]:
+    """ansible/playbooks/batch.yml against the test host, as a user runs it."""
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    command = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        "-i", str(installed.inventory),
+        str(REPO / "ansible" / "playbooks" / "batch.yml"),
+        "-e", json.dumps(extra),
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_private(
+    installed: Installed,
+) -> None:
+    host = installed.host
+    # An endpoint that accepts connections and never answers keeps the job running (and
+    # retrying) long enough to look at it.
+    host.exec(
+        [
+            "systemd-run", "--unit=silent-endpoint", "python3", "-c",
+            "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 18000)); "
+            "s.listen(1000); time.sleep(900)",
+        ],
+        check=True,
+    )  # fmt: skip
+    samples = f"{VENV}/lib/python3.11/site-packages/sparkops/samples"
+    secret = "sk-never-on-a-command-line"
+    extra = {
+        "sparkops_batch_name": "probe",
+        "sparkops_batch_pipeline": f"{samples}/stroke-triage.yaml",
+        "sparkops_batch_input": f"{samples}/triage_notes.jsonl",
+        "sparkops_batch_out": f"/home/{JOB_USER}/job-out",
+        "sparkops_batch_endpoints": ["http://127.0.0.1:18000"],
+        "sparkops_batch_api_key": secret,
+        "sparkops_batch_concurrency": 4,
+    }
+    unit = "sparkops-batch-probe.service"
+    try:
+        started = run_batch_playbook(installed, extra)
+        assert started.returncode == 0, started.stdout[-4000:] + started.stderr[-2000:]
+        assert secret not in started.stdout + started.stderr
+        pid = "0"
+        deadline = time.monotonic() + 120
+        while pid == "0" and time.monotonic() < deadline:
+            pid = host.exec(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip()
+            time.sleep(1)
+        assert pid != "0", host.exec(["journalctl", "-u", unit, "--no-pager"]).stdout[-3000:]
+        owner = host.exec(["stat", "-c", "%U", f"/proc/{pid}"]).stdout.strip()
+        assert owner == JOB_USER
+        argv = host.exec(["cat", f"/proc/{pid}/cmdline"]).stdout.split("\0")
+        assert argv[0].startswith(f"{VENV}/bin/python") and argv[1:4] == [
+            f"{VENV}/bin/sparkops",
+            "batch",
+            "run",
+        ], argv
+        assert "--api-key-env" in argv and secret not in argv
+        environ = host.exec(["cat", f"/proc/{pid}/environ"]).stdout.split("\0")
+        assert f"SPARKOPS_API_KEY={secret}" in environ
+        # The unit's properties (readable by every user over D-Bus) do not hold the key.
+        shown = host.exec(["systemctl", "show", unit]).stdout
+        assert secret not in shown and "EnvironmentFiles=/etc/sparkops/batch/probe.env" in shown
+        key_file = host.testinfra.file("/etc/sparkops/batch/probe.env")
+        assert (key_file.user, key_file.mode) == ("root", 0o600)
+        out = host.testinfra.file(f"/home/{JOB_USER}/job-out")
+        assert (out.user, out.mode) == (JOB_USER, 0o700)
+        # A second run while the job runs leaves it alone.
+        again = run_batch_playbook(installed, extra)
+        assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
+        assert (
+            host.exec(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip() == pid
+        )
+    finally:
+        host.exec(["systemctl", "stop", unit, "silent-endpoint.service"])
+        host.exec(["systemctl", "reset-failed", unit])
+
+
+def test_batch_yml_refuses_root_and_a_missing_job_user(installed: Installed) -> None:
+    base = {
+        "sparkops_batch_pipeline": "/p.yaml",
+        "sparkops_batch_input": "/r.jsonl",
+        "sparkops_batch_out": "/o",
+    }
+    root = run_batch_playbook(installed, {**base, "sparkops_batch_user": "root"})
+    assert root.returncode != 0 and "never root" in root.stdout
+    ghost = run_batch_playbook(installed, {**base, "sparkops_batch_user": "nobody-here"})
+    assert ghost.returncode != 0 and "'nobody-here' does not exist" in ghost.stdout
+    unreadable = run_batch_playbook(installed, base)
+    assert unreadable.returncode != 0 and f"{JOB_USER} cannot read it" in unreadable.stdout

@@ -1,0 +1,117 @@
+"""Every command the README shows exists: each `sparkops …` line in its shell blocks parses with
+the real argument parser, every `make` target is in the Makefile, and every playbook, Dockerfile
+folder and example inventory it names is in the repository. A user copies these lines first."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from sparkops.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+FENCE = re.compile(r"^```(sh|bash|console|shell)\s*$(.*?)^```\s*$", re.M | re.S)
+OPTIONAL = re.compile(r"\s\[[^\[\]]*\]")  # `[--flag VALUE]`: the README's optional parts
+SEPARATORS = {"&&", "||", ";", "|"}
+
+
+def shell_lines(text: str) -> list[str]:
+    """The command lines of the README's shell blocks, continuation lines joined."""
+    lines = []
+    for match in FENCE.finditer(text):
+        block = match.group(2).replace("\\\n", " ")
+        lines += [line.strip() for line in block.splitlines() if line.strip()]
+    return lines
+
+
+def commands(line: str) -> list[list[str]]:
+    """The simple commands of one line: comments dropped, split at && || ; |."""
+    tokens = shlex.split(OPTIONAL.sub("", line), comments=True)
+    out: list[list[str]] = [[]]
+    for token in tokens:
+        if token in SEPARATORS:
+            out.append([])
+        else:
+            out[-1].append(token)
+    return [command for command in out if command]
+
+
+def sparkops_invocations(command: list[str]) -> list[list[str]]:
+    """Arguments of each `sparkops` run in a command: directly, after VAR=value assignments,
+    or as the program a wrapper starts after `--` (sparkops-run, systemd-run)."""
+    found = []
+    for i, token in enumerate(command):
+        if Path(token).name != "sparkops":
+            continue
+        before = command[:i]
+        if all("=" in t and not t.startswith("-") for t in before) or (before[-1:] == ["--"]):
+            found.append(command[i + 1 :])
+    return found
+
+
+def readme_sparkops_lines() -> list[tuple[str, list[str]]]:
+    return [
+        (line, argv)
+        for line in shell_lines(README.read_text())
+        for command in commands(line)
+        for argv in sparkops_invocations(command)
+    ]
+
+
+def test_the_readme_shows_the_spark_owners_whole_path() -> None:
+    """The quick start walks install, provision, deploy, a batch run and its report."""
+    subcommands = {tuple(argv[:2]) for _line, argv in readme_sparkops_lines()}
+    for wanted in [("batch", "run"), ("batch", "status"), ("report",), ("render",)]:
+        assert any(sub[: len(wanted)] == wanted for sub in subcommands), wanted
+    text = README.read_text()
+    for playbook in ("provision.yml", "deploy.yml", "batch.yml"):
+        assert f"ansible/playbooks/{playbook}" in text
+
+
+@pytest.mark.parametrize(("line", "argv"), readme_sparkops_lines(), ids=lambda v: str(v)[:60])
+def test_each_sparkops_line_parses_with_the_real_parser(line: str, argv: list[str]) -> None:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        pytest.fail(f"`sparkops {shlex.join(argv)}` does not parse (exit {exc.code}): {line}")
+    assert callable(args.func)
+
+
+def test_every_make_target_the_readme_names_exists() -> None:
+    targets = set(re.findall(r"^([A-Za-z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
+    used = {
+        command[1]
+        for line in shell_lines(README.read_text())
+        for command in commands(line)
+        if command[0] == "make" and len(command) > 1
+    }
+    assert used, "the README shows no make command"
+    assert used <= targets, used - targets
+
+
+def test_every_repository_path_the_readme_runs_exists() -> None:
+    """Playbooks, Dockerfile folders and example inventories named in shell blocks."""
+    pattern = re.compile(r"(ansible/playbooks/[\w.-]+\.yml|docker/[\w-]+|inventory/[\w-]+)")
+    named = set()
+    for line in shell_lines(README.read_text()):
+        for command in commands(line):
+            for token in command:
+                named |= {m.group(1) for m in pattern.finditer(token)}
+    assert named
+    # inventory/mine is the copy the quick start makes (cp -r inventory/single inventory/mine).
+    missing = sorted(p for p in named if p != "inventory/mine" and not (REPO / p).exists())
+    assert not missing, missing
+
+
+def test_the_checker_catches_a_command_that_does_not_exist() -> None:
+    """The check itself: the line the README used to show would fail it."""
+    (argv,) = sparkops_invocations(
+        commands("sparkops-run --name triage --drop-caches -- sparkops run job.yaml")[0]
+    )
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
