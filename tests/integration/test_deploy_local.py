@@ -29,6 +29,8 @@ from sparkops.local.server import free_ports
 from sparkops.metrics.scrape import fetch_metrics
 from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
+from sparkops.render.inventory import read_inventory
+from sparkops.render.stack import client_endpoints, plan_stack
 from tests.unit.test_render import make_inventory
 
 pytestmark = pytest.mark.integration
@@ -224,6 +226,56 @@ def test_data_parallel_pair_behind_litellm(tmp_path, procs):
     for _ in range(8):
         assert chat(router.url, "tiny", key)["choices"]
     assert fetch_metrics(backends[0].url).prompt_tokens > after[0]
+
+
+def test_data_parallel_over_three_replicas_follows_the_inventory(tmp_path, procs):
+    """More than two Sparks (issue 12): three replicas from one inventory, every one behind the
+    router and in the client's endpoints, and every one serving (all on this machine)."""
+    model = ensure_tiny_model()
+    base = free_ports(4)
+    inventory = make_inventory(
+        tmp_path / "inv",
+        "data-parallel-4",
+        vllm_serving_profile="cpu-tiny",
+        vllm_serving_model_dir=str(model),
+        vllm_serving_gpus=False,
+        vllm_serving_bind_address="127.0.0.1",
+        litellm_router_health_check_interval=5,
+    )
+    hosts_file = inventory / "hosts.yml"
+    tree = yaml.safe_load(hosts_file.read_text())
+    del tree["all"]["children"]["sparks"]["hosts"]["spark-4"]
+    hosts_file.write_text(yaml.safe_dump(tree))
+    cpus = sorted(os.sched_getaffinity(0))
+    names = ["spark-1", "spark-2", "spark-3"]
+    for i, host in enumerate(names):
+        folder = inventory / "host_vars" / host
+        folder.mkdir(parents=True)
+        host_vars = {
+            "ansible_host": "127.0.0.1",
+            "vllm_serving_port": base + i,
+            "vllm_serving_extra_env": {"VLLM_CPU_OMP_THREADS_BIND": str(cpus[i % len(cpus)])},
+        }
+        (folder / "serving.yml").write_text(yaml.safe_dump(host_vars))
+    out = tmp_path / "out"
+    assert list(render_inventory(inventory, out)) == names
+    parsed = read_inventory(inventory)
+    urls = client_endpoints(parsed, plan_stack(parsed, secrets={"LITELLM_MASTER_KEY": "k"}))
+    assert urls == [f"http://127.0.0.1:{base + i}/v1" for i in range(3)]
+    backends = [start_rendered_vllm(out / host, tmp_path) for host in names]
+    procs.extend(backends)
+    wait_ready(backends, "/health")
+    for url in urls:  # what the batch client is given: each replica answers
+        assert chat(url.removesuffix("/v1"), "tiny")["choices"]
+    router = start_rendered_router(out / "spark-1", tmp_path, base + 3)
+    procs.append(router)
+    wait_ready([router], "/health/readiness", timeout=120)
+    key = _read_env_file(out / "spark-1" / "router.env")["LITELLM_MASTER_KEY"]
+    before = [fetch_metrics(b.url).prompt_tokens for b in backends]
+    for _ in range(24):
+        assert chat(router.url, "tiny", key)["choices"]
+    after = [fetch_metrics(b.url).prompt_tokens for b in backends]
+    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
 
 
 def test_pipeline_parallel_two_stages_on_one_cpu_node(tmp_path, procs):
