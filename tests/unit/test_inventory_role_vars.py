@@ -103,7 +103,7 @@ def test_nearest_finds_nothing_for_an_unrelated_name() -> None:
     assert nearest("qsfp_network_zzz", set(SPECS.options["qsfp_network"]), "qsfp_network_") is None
 
 
-@pytest.mark.parametrize("example", ["single", "wsl2", "pair-dp", "pair-pp", "local"])
+@pytest.mark.parametrize("example", ["single", "wsl2", "pair-dp", "pair-pp", "quad-dp", "local"])
 def test_example_inventories_have_no_problems(example: str) -> None:
     inventory = read_inventory(REPO / "inventory" / example)
     for host in inventory.hosts:
