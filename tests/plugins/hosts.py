@@ -14,6 +14,7 @@ import secrets
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "testbed"
+DOCKER_CE_STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "docker-ce-standin.sh"
 REPOSITORY = "sparkops/testhost"
 SUITE = "bookworm"
 ARCHES = ("amd64", "arm64")
@@ -199,3 +201,34 @@ def systemd_host(docker_engine: str) -> Iterator[Callable[..., Host]]:
     yield factory
     for host in started:
         run_docker("rm", "--force", "--volumes", host.id, check=False)
+
+
+def docker_ce_standin(host: Host, action: str) -> None:
+    """Run tests/fixtures/docker-ce-standin.sh ``install`` or ``publish`` in ``host``.
+
+    No Docker CE repository is reachable from the test bed: the script repackages Debian's own
+    engine under Docker CE's package names and relations (see its header), so a role meets the
+    dpkg state of a Docker CE host. ``publish`` then serves those packages, and a compose
+    plugin, as a local apt repository standing in for Docker's.
+    """
+    run_docker("cp", str(DOCKER_CE_STANDIN), f"{host.id}:/usr/local/sbin/docker-ce-standin")
+    result = host.exec(["sh", "/usr/local/sbin/docker-ce-standin", action])
+    if result.returncode:
+        raise RuntimeError(f"docker-ce-standin {action} failed in {host.name}: {result.stderr}")
+
+
+@contextmanager
+def offline(host: Host) -> Iterator[None]:
+    """Cut ``host`` off every network (apt mirrors included), reconnecting it afterwards.
+
+    Ansible and testinfra still reach it: they go through ``docker exec``, not the network.
+    """
+    names = "{{range $name, $_ := .NetworkSettings.Networks}}{{$name}} {{end}}"
+    networks = run_docker("inspect", "--format", names, host.id).stdout.split()
+    for network in networks:
+        run_docker("network", "disconnect", network, host.id)
+    try:
+        yield
+    finally:
+        for network in networks:
+            run_docker("network", "connect", network, host.id, check=False)

@@ -1,0 +1,321 @@
+"""container_runtime on hosts the kit has never seen (issue 12, items 5, 6, 8, 10 and 13).
+
+Two amd64 systemd hosts, each with its own Docker engine, walk the states a new Spark owner
+meets. Only the container_runtime role (and the always-run preflight) converges here
+(`--tags container_runtime`), which keeps each run near a minute on 2 cores.
+
+- A Docker CE host without the compose plugin. No Docker CE repository is reachable from the
+  test bed, so tests/fixtures/docker-ce-standin.sh repackages Debian's engine under Docker CE's
+  package names and relations (docker.io Conflicts: docker-ce, as in reality). The role must
+  stop with the fix while no source offers docker-compose-plugin, leaving Docker CE installed;
+  once a stand-in "Docker repository" offers the plugin, check mode must report every change
+  the real run then makes, the nvidia runtime wiring and the restart included.
+- A Debian host: a user in container_runtime_docker_users that does not exist; check mode on
+  the fresh host without python3-apt; Debian's docker.io installed and running (as DGX OS ships
+  Docker), then the kit's first converge killed after daemon.json gained the nvidia runtime and
+  before the restart handler ran; the next converge; a re-converge cut off every network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.infra.test_provision import (
+    JOB_USER,
+    PLAYBOOK,
+    REPO,
+    Run,
+    playbook,
+    put_fixture,
+    set_gpu_state,
+    write_inventory,
+)
+from tests.plugins.hosts import Host, docker_ce_standin, offline
+
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
+
+TAGS = ("--tags", "container_runtime")
+GHOST = "ghost-researcher"
+ENGINE_FAMILY = ("docker-ce", "docker-ce-cli", "containerd.io")
+# The first task after daemon.json is written with the nvidia runtime: killing the run when it
+# starts leaves the restart handler notified but never run.
+AFTER_WIRING = "TASK [container_runtime : Add the job users to the docker group]"
+RESTART = re.compile(r"RUNNING HANDLER \[container_runtime : Restart Docker\][^\n]*\n(changed|ok)")
+
+
+def prepare(host: Host) -> None:
+    """The job user and the GPU tool fixtures, as on a Spark."""
+    host.exec(["useradd", "--create-home", JOB_USER], check=True)
+    for tool in ("nvidia-smi", "nvidia-ctk"):
+        put_fixture(host, tool)
+    set_gpu_state(host, "load")
+
+
+def said(run: Run) -> str:
+    """The run's output with whitespace collapsed: ansible-core 2.19 wraps error messages."""
+    return " ".join(run.output.split())
+
+
+def installed(host: Host, package: str) -> bool:
+    """Whether dpkg lists ``package`` as installed on ``host``."""
+    status = host.exec(["dpkg-query", "--show", "--showformat", "${db:Status-Status}", package])
+    return status.stdout.strip() == "installed"
+
+
+def runtimes(host: Host) -> dict:
+    """The runtimes the host's running Docker engine knows."""
+    info = host.exec(["docker", "info", "--format", "{{json .Runtimes}}"], check=True)
+    return json.loads(info.stdout)
+
+
+def daemon_json(host: Host) -> dict:
+    """The host's /etc/docker/daemon.json ({} when absent)."""
+    text = host.exec("cat /etc/docker/daemon.json 2>/dev/null").stdout.strip()
+    return json.loads(text) if text else {}
+
+
+def playbook_killed_at(inventory: Path, marker: str, timeout: float = 900) -> str:
+    """Run provision.yml (container_runtime only) and SIGKILL it when ``marker`` is printed.
+
+    Stands in for a converge interrupted by a dropped SSH session or a Ctrl-C at the wrong
+    moment: ansible-playbook and its workers die together (one process group).
+    """
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    venv_bin = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+    command = [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), *TAGS]
+    deadline = time.monotonic() + timeout
+    lines: list[str] = []
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if marker in line or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+        proc.wait()
+    output = "".join(lines)
+    assert marker in output, output[-4000:]
+    return output
+
+
+@dataclass
+class DockerCeHost:
+    """A Docker CE host without compose: the refusal, check mode, then the real converge."""
+
+    host: Host
+    refused: Run
+    kept_after_refusal: dict[str, bool]
+    check: Run
+    daemon_after_check: dict
+    converge: Run
+
+
+@pytest.fixture(scope="module")
+def docker_ce(
+    systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
+) -> DockerCeHost:
+    host = systemd_host(arch="amd64", docker=True)
+    prepare(host)
+    docker_ce_standin(host, "install")
+    # The state under test: Docker CE's engine runs, compose v2 is missing.
+    assert all(installed(host, p) for p in ENGINE_FAMILY)
+    assert "nvidia" not in runtimes(host)
+    assert host.exec(["docker", "compose", "version"]).returncode != 0
+    inventory = write_inventory(
+        tmp_path_factory.mktemp("docker-ce"), host, {"container_runtime_compose_required": True}
+    )
+
+    refused = playbook(inventory, host, *TAGS)
+    kept = {p: installed(host, p) for p in (*ENGINE_FAMILY, "docker.io")}
+
+    docker_ce_standin(host, "publish")  # now "Docker's repository" offers the compose plugin
+    check = playbook(inventory, host, *TAGS, "--check", "--diff")
+    assert check.rc == 0, check.output[-4000:]
+    daemon_after_check = daemon_json(host)
+    converge = playbook(inventory, host, *TAGS)
+    assert converge.rc == 0, converge.output[-4000:]
+    print(
+        f"\ndocker-ce host: refusal {refused.seconds:.0f} s, check {check.seconds:.0f} s,"
+        f" converge {converge.seconds:.0f} s"
+    )
+    return DockerCeHost(host, refused, kept, check, daemon_after_check, converge)
+
+
+def test_docker_ce_without_a_compose_source_stops_with_the_fix_and_keeps_the_engine(
+    docker_ce: DockerCeHost,
+) -> None:
+    refused = docker_ce.refused
+    assert refused.rc != 0 and refused.changed == 0, refused.output[-4000:]
+    assert "Traceback" not in refused.output
+    assert "no apt source offers docker-compose-plugin" in said(refused)
+    assert "Add Docker's apt repository to the apt sources" in said(refused)
+    assert "container_runtime_compose_required: false" in said(refused)
+    # Before the fix apt installed docker.io, whose Conflicts removed all three.
+    assert docker_ce.kept_after_refusal == {
+        "docker-ce": True,
+        "docker-ce-cli": True,
+        "containerd.io": True,
+        "docker.io": False,
+    }
+
+
+def test_check_mode_reports_the_runtime_wiring_and_the_restart(docker_ce: DockerCeHost) -> None:
+    out = docker_ce.check.output
+    assert "Write daemon.json with the nvidia runtime" in out
+    assert '+        "nvidia": {' in out  # the --diff of daemon.json, as nvidia-ctk writes it
+    restart = RESTART.search(out)
+    assert restart and restart.group(1) == "changed", out[-4000:]
+    # Every change the real run makes was announced, and check mode itself changed nothing.
+    assert docker_ce.check.changed == docker_ce.converge.changed, (
+        docker_ce.check.output + docker_ce.converge.output
+    )
+    assert docker_ce.daemon_after_check == {}
+
+
+def test_converge_adds_docker_ce_s_compose_plugin_and_never_docker_io(
+    docker_ce: DockerCeHost,
+) -> None:
+    host = docker_ce.host
+    assert all(installed(host, p) for p in (*ENGINE_FAMILY, "docker-compose-plugin"))
+    assert not installed(host, "docker.io")
+    compose = host.exec(["docker", "compose", "version", "--short"])
+    assert compose.returncode == 0 and compose.stdout.strip().startswith("2."), compose
+    assert "nvidia" in runtimes(host)
+    assert "nvidia" in daemon_json(host)["runtimes"]
+    assert "docker" in host.testinfra.user(JOB_USER).groups
+
+
+@dataclass
+class Interrupted:
+    """A Debian host: a refused ghost user, a killed first converge, its recovery, offline."""
+
+    host: Host
+    refused: Run
+    ghost_exists: bool
+    check: Run
+    untouched_after_check: dict[str, bool]
+    daemon_after_kill: dict
+    runtimes_after_kill: dict
+    recovered: Run
+    offline: Run
+
+
+@pytest.fixture(scope="module")
+def interrupted(
+    systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
+) -> Interrupted:
+    host = systemd_host(arch="amd64", docker=True)
+    prepare(host)
+    directory = tmp_path_factory.mktemp("interrupted")
+    ghost = write_inventory(
+        directory / "ghost", host, {"container_runtime_docker_users": [JOB_USER, GHOST]}
+    )
+    refused = playbook(ghost, host, *TAGS)
+    ghost_exists = host.exec(["getent", "passwd", GHOST]).returncode == 0
+
+    inventory = write_inventory(directory / "plain", host)
+    # A fresh host as a user may have it: without python3-apt (the test image ships it).
+    host.exec(["dpkg", "--remove", "python3-apt"], check=True)
+    check = playbook(inventory, host, *TAGS, "--check", "--diff")
+    untouched = {
+        "daemon.json": host.exec(["test", "-e", "/etc/docker/daemon.json"]).returncode == 0,
+        "python3-apt": installed(host, "python3-apt"),
+        "docker.io": installed(host, "docker.io"),
+        "docker group": host.exec(["getent", "group", "docker"]).returncode == 0,
+    }
+    # Docker already runs, as on DGX OS: the engine is up before daemon.json gains the runtime.
+    host.exec(
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive"
+        " apt-get install -y -qq --no-install-recommends docker.io",
+        check=True,
+    )
+    assert host.exec(["systemctl", "is-active", "docker"]).stdout.strip() == "active"
+    assert "nvidia" not in runtimes(host)
+    playbook_killed_at(inventory, AFTER_WIRING)
+    daemon_after_kill = daemon_json(host)
+    runtimes_after_kill = runtimes(host)
+    recovered = playbook(inventory, host, *TAGS)
+    assert recovered.rc == 0, recovered.output[-4000:]
+    with offline(host):
+        # Really cut off: no route leaves the host (the apt mirror is unreachable).
+        assert host.exec(["ip", "route", "show", "default"]).stdout.strip() == ""
+        cut_off = playbook(inventory, host, *TAGS)
+    print(
+        f"\ninterrupted host: ghost refusal {refused.seconds:.0f} s, recovery"
+        f" {recovered.seconds:.0f} s, offline re-converge {cut_off.seconds:.0f} s"
+    )
+    return Interrupted(
+        host,
+        refused,
+        ghost_exists,
+        check,
+        untouched,
+        daemon_after_kill,
+        runtimes_after_kill,
+        recovered,
+        cut_off,
+    )
+
+
+def test_a_docker_user_without_an_account_is_refused_before_any_change(
+    interrupted: Interrupted,
+) -> None:
+    refused = interrupted.refused
+    assert refused.rc != 0 and refused.changed == 0, refused.output[-4000:]
+    assert "Traceback" not in refused.output
+    assert f"container_runtime_docker_users names '{GHOST}'" in said(refused)
+    assert f"useradd --create-home {GHOST}" in said(refused)
+    assert not interrupted.ghost_exists
+
+
+def test_check_mode_on_a_fresh_host_without_python3_apt_shows_the_wiring(
+    interrupted: Interrupted,
+) -> None:
+    check = interrupted.check
+    assert check.rc == 0 and check.failed == 0, check.output[-4000:]
+    assert "Traceback" not in check.output
+    assert "Install the missing engine and compose packages" in check.output
+    assert '+        "nvidia": {' in check.output  # nvidia-ctk's daemon.json, as a diff
+    # The restart is announced (it cannot be simulated: docker.service is not installed yet).
+    assert "RUNNING HANDLER [container_runtime : Restart Docker]" in check.output
+    assert not any(interrupted.untouched_after_check.values()), interrupted.untouched_after_check
+
+
+def test_a_killed_first_converge_is_finished_by_the_next_one(interrupted: Interrupted) -> None:
+    # The state the kill left: daemon.json names the runtime, the running engine lacks it.
+    assert "nvidia" in interrupted.daemon_after_kill["runtimes"]
+    assert "nvidia" not in interrupted.runtimes_after_kill
+    out = interrupted.recovered.output
+    assert "Restart Docker because it runs without the nvidia runtime" in out
+    restart = RESTART.search(out)
+    assert restart and restart.group(1) == "changed", out[-4000:]
+    assert "nvidia" in runtimes(interrupted.host)
+
+
+def test_a_converged_host_reconverges_offline_changing_nothing(interrupted: Interrupted) -> None:
+    run = interrupted.offline
+    assert run.rc == 0, run.output[-4000:]
+    assert (run.changed, run.failed) == (0, 0), run.output
+    assert run.seconds < 300
