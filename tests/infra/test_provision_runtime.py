@@ -9,7 +9,8 @@ meets. Only the container_runtime role (and the always-run preflight) converges 
   package names and relations (docker.io Conflicts: docker-ce, as in reality). The role must
   stop with the fix while no source offers docker-compose-plugin, leaving Docker CE installed;
   once a stand-in "Docker repository" offers the plugin, check mode must report every change
-  the real run then makes, the nvidia runtime wiring and the restart included.
+  the real run then makes, the nvidia runtime wiring and the restart included; the converged
+  host then re-converges cut off every network, changing nothing.
 - A Debian host: a user in container_runtime_docker_users that does not exist; check mode on
   the fresh host without python3-apt; Debian's docker.io installed and running (as DGX OS ships
   Docker), then the kit's first converge killed after daemon.json gained the nvidia runtime and
@@ -130,6 +131,7 @@ class DockerCeHost:
     check: Run
     daemon_after_check: dict
     converge: Run
+    again_offline: Run
 
 
 @pytest.fixture(scope="module")
@@ -156,11 +158,13 @@ def docker_ce(
     daemon_after_check = daemon_json(host)
     converge = playbook(inventory, host, *TAGS)
     assert converge.rc == 0, converge.output[-4000:]
+    with offline(host):
+        again = playbook(inventory, host, *TAGS)
     print(
         f"\ndocker-ce host: refusal {refused.seconds:.0f} s, check {check.seconds:.0f} s,"
-        f" converge {converge.seconds:.0f} s"
+        f" converge {converge.seconds:.0f} s, offline re-converge {again.seconds:.0f} s"
     )
-    return DockerCeHost(host, refused, kept, check, daemon_after_check, converge)
+    return DockerCeHost(host, refused, kept, check, daemon_after_check, converge, again)
 
 
 def test_docker_ce_without_a_compose_source_stops_with_the_fix_and_keeps_the_engine(
@@ -205,6 +209,12 @@ def test_converge_adds_docker_ce_s_compose_plugin_and_never_docker_io(
     assert "nvidia" in runtimes(host)
     assert "nvidia" in daemon_json(host)["runtimes"]
     assert "docker" in host.testinfra.user(JOB_USER).groups
+
+
+def test_the_docker_ce_host_reconverges_offline_changing_nothing(docker_ce: DockerCeHost) -> None:
+    run = docker_ce.again_offline
+    assert run.rc == 0, run.output[-4000:]
+    assert (run.changed, run.failed) == (0, 0), run.output
 
 
 @dataclass
