@@ -159,6 +159,10 @@ def run_batch_playbook(installed: Installed, extra: dict) -> subprocess.Complete
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 
+def _main_pid(host: Host, unit: str) -> str:
+    return host.exec(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip()
+
+
 def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_private(
     installed: Installed,
 ) -> None:
@@ -192,7 +196,7 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
         pid = "0"
         deadline = time.monotonic() + 120
         while pid == "0" and time.monotonic() < deadline:
-            pid = host.exec(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip()
+            pid = _main_pid(host, unit)
             time.sleep(1)
         assert pid != "0", host.exec(["journalctl", "-u", unit, "--no-pager"]).stdout[-3000:]
         owner = host.exec(["stat", "-c", "%U", f"/proc/{pid}"]).stdout.strip()
@@ -216,9 +220,18 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
         # A second run while the job runs leaves it alone.
         again = run_batch_playbook(installed, extra)
         assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
-        assert (
-            host.exec(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip() == pid
-        )
+        assert _main_pid(host, unit) == pid
+        # Stopped (SIGTERM: the client exits 143 and the unit is left failed), the same line
+        # starts it again: the job resumes under its name.
+        host.exec(["systemctl", "stop", unit])
+        resumed = run_batch_playbook(installed, extra)
+        assert resumed.returncode == 0, resumed.stdout[-3000:]
+        new_pid = "0"
+        deadline = time.monotonic() + 120
+        while new_pid in ("0", pid) and time.monotonic() < deadline:
+            new_pid = _main_pid(host, unit)
+            time.sleep(1)
+        assert new_pid not in ("0", pid)
     finally:
         host.exec(["systemctl", "stop", unit, "silent-endpoint.service"])
         host.exec(["systemctl", "reset-failed", unit])
