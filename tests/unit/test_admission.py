@@ -7,6 +7,7 @@ call, its step and the connection it came on.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import time
 
@@ -86,16 +87,13 @@ def test_every_tenth_request_asks_to_close_its_connection():
 
 
 def test_the_pacer_spaces_only_calls_that_need_a_new_connection():
-    async def go() -> tuple[float, int]:
-        pacer = ConnectPacer(0.01)
-        t0 = time.monotonic()
-        await asyncio.gather(*(pacer.before("e", n) for n in range(1, 21)))
-        spread = time.monotonic() - t0
-        await asyncio.gather(*(pacer.before("e", n) for n in range(1, 21)))  # reused: no wait
-        return spread, pacer.paced
-
-    spread, paced = asyncio.run(go())
-    assert 0.17 <= spread < 2.0 and paced == 20
+    pacer = ConnectPacer(0.01)
+    waits = [pacer.turn("e", n) for n in range(1, 21)]
+    assert waits[0] == 0.0 and 0.18 <= waits[-1] <= 0.2  # the 20th new connection: 19 gaps
+    assert all(b > a for a, b in itertools.pairwise(waits))
+    assert [pacer.turn("e", n) for n in range(1, 21)] == [0.0] * 20  # reused: no wait
+    assert pacer.paced == 20
+    assert ConnectPacer(0).turn("e", 5) == 0.0
 
 
 def free_port() -> int:

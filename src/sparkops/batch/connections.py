@@ -24,7 +24,6 @@ Two small measures, both plain HTTP/1.1 and so fine with any server or proxy:
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 # Requests per connection, on average. At 1,000 in flight each connection carries one
@@ -69,16 +68,17 @@ class ConnectPacer:
         self._peak: dict[str, int] = {}
         self.paced = 0
 
-    async def before(self, endpoint: str, outstanding: int) -> None:
-        """Called with the endpoint's outstanding calls, this one included."""
+    def turn(self, endpoint: str, outstanding: int) -> float:
+        """Seconds this call waits before it is sent (0.0: at once), given the endpoint's
+        outstanding calls, this one included. Plain function, no coroutine: it runs on
+        every call, and almost every call returns 0.0."""
         if outstanding <= self._peak.get(endpoint, 0):
-            return
+            return 0.0
         self._peak[endpoint] = outstanding
         if self.gap <= 0:
-            return
+            return 0.0
         self.paced += 1
         now = time.monotonic()
         slot = max(now, self._next)
         self._next = slot + self.gap
-        if slot > now:
-            await asyncio.sleep(slot - now)
+        return slot - now

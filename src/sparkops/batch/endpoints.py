@@ -86,6 +86,8 @@ class EndpointPool:
         """Healthy endpoint with fewest outstanding calls (round robin among ties).
 
         A stalled endpoint gets no calls except, when its probe is due, this one."""
+        if len(self.endpoints) == 1 and not (self.stalls is not None and self.stalls.n_stalled):
+            return self.endpoints[0]  # every call of a one-endpoint job: nothing to choose
         now = time.monotonic() if now is None else now
         live = self.endpoints
         if self.stalls is not None and self.stalls.n_stalled:

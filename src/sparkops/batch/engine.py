@@ -538,7 +538,8 @@ class Engine:
         self.pool.call_started(ep, started)  # stall watch: this task has a call in flight here
         answered = timed_out = False
         try:
-            await self._pacer.before(ep.base, ep.outstanding)  # a new connection: its turn
+            if (wait := self._pacer.turn(ep.base, ep.outstanding)) > 0:  # a new connection
+                await asyncio.sleep(wait)
             async with self._session.post(
                 ep.base + path, data=payload, headers=self._conns.headers()
             ) as resp:

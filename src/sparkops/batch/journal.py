@@ -236,10 +236,11 @@ class Journal:
         self._fd: int | None = None
         self._last_sync = 0.0
         self._dirty = False
+        self._path = directory / RESULTS  # built once: append() passes it on every record
 
     @property
     def path(self) -> Path:
-        return self.dir / RESULTS
+        return self._path
 
     def open(self) -> None:
         """Repair, scan finished keys, and open for appending."""
