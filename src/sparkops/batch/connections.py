@@ -1,5 +1,5 @@
-"""Kept-alive connections, opened at a pace and recycled now and then, so a multi-process
-front end shares the load.
+"""Kept-alive connections that can be opened at a pace and recycled now and then, so a
+multi-process front end shares the load (off by default: the measurements below).
 
 Why: vLLM's `--api-server-count N` runs N API server processes that accept on one shared
 listening socket. A process's accept loop takes every pending connection it finds, so the
@@ -9,26 +9,35 @@ API servers (benchmarks/README.md): one process at 120-128% CPU (the front end's
 while another idled at 12-44%, and the kit gained 1.32x from four servers where vLLM's own
 benchmark gained 2.07x.
 
-Two small measures, both plain HTTP/1.1 and so fine with any server or proxy:
+Two small measures, both plain HTTP/1.1 and so fine with any server or proxy, and both OFF
+by default because the measurements did not support them (below):
 
-- Connections are opened at a pace (`ConnectPacer`: at least `gap` seconds apart, 1,000 in
-  a quarter of a second), so each one is a separate accept that any process may win, and a busy
-  process (tokenizing) loses it to an idle one: the connections start evenly spread.
-  Every connection carries one request at a time, so an even spread is an even load.
+- Connections opened at a pace (`ConnectPacer`: at least `gap` seconds apart), so each one
+  is a separate accept that any process may win, and a busy process (tokenizing) loses it
+  to an idle one. Every connection carries one request at a time, so an even spread of
+  connections is an even load.
 - Every `every`-th request asks the server to close its connection once it has answered
   (`Connection: close`). Its replacement is accepted by whichever process reaches the
-  accept first, an idle one more often than a busy one, so a spread that drifted (a
-  process restarted, connections dropped) evens out again. The cost is one TCP connect per
-  `every` requests (benchmarks/client_cost.py measures it), hence a large `every`.
+  accept first, an idle one more often than a busy one, so a spread that drifted evens out
+  again. The cost is one TCP connect per `every` requests.
+
+Measured on an H200 (vLLM 0.26.0, 4 API servers, 1,000 in flight, benchmarks/README.md):
+with a 0.25 ms gap and `every` = 128 the API servers' CPU evened out (45/38/31/27% against
+100/98/11/8% without), but the one-step job ran at 241-269 calls/s against 260-292 without
+either measure, because with four API servers the engine core (one process at 92-100% CPU,
+the GPU at 100%) was the limit, not the front end. The client paid the reconnects and got
+nothing back, so both stay available (JobConfig `recycle_every`, `connect_gap`) for a front
+end that is the limit (fewer API server processes than it needs), and are off otherwise.
 """
 
 from __future__ import annotations
 
 import time
 
-# Requests per connection, on average. At 1,000 in flight each connection carries one
-# request at a time, so a connection lives `every` request latencies (seconds each).
-RECYCLE_EVERY = 128
+# Requests per connection before it is recycled (0: kept alive for the whole job). At 1,000
+# in flight each connection carries one request at a time, so a connection then lives
+# `every` request latencies (seconds each). Off by default: see the measurements above.
+RECYCLE_EVERY = 0
 
 
 class ConnectionRecycler:
@@ -50,8 +59,9 @@ class ConnectionRecycler:
         return self.keep
 
 
-# Seconds between two new connections: 1,000 connections open in a quarter of a second.
-CONNECT_GAP_S = 0.00025
+# Seconds between two new connections (0: no pacing; 0.00025 opens 1,000 in a quarter of a
+# second). Off by default: see the measurements above.
+CONNECT_GAP_S = 0.0
 
 
 class ConnectPacer:
