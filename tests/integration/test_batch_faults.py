@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.plugins.fault_server import (
+    NOISE,
+    ONE_STEP,
     FaultServer,
     choice_not_object,
     drop,
@@ -34,26 +36,6 @@ from tests.plugins.fault_server import (
 )
 
 pytestmark = pytest.mark.integration
-
-NOISE = ("Traceback", "Task exception", "Session is closed", "Unclosed", "was never retrieved")
-ONE_STEP = """\
-name: one
-model: tiny
-steps:
-  - name: screen
-    user: "Note: {text}\\nAnswer:"
-    max_tokens: 4
-    temperature: 0
-    parse: {choices: ["yes", "no"], default: unclear}
-    next: {"yes": stop, "no": stop, unclear: stop}
-"""
-
-
-@pytest.fixture
-def job(tmp_path: Path) -> dict[str, Path]:
-    pipeline = tmp_path / "pipe.yaml"
-    pipeline.write_text(ONE_STEP)
-    return {"pipeline": pipeline, "input": tmp_path / "in.jsonl", "out": tmp_path / "job"}
 
 
 def command(job: dict[str, Path], server: FaultServer, *extra: str) -> list[str]:

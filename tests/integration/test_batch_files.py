@@ -28,6 +28,7 @@ from sparkops.batch import job as job_mod
 from sparkops.batch.job import JobConfig, run_job
 from sparkops.errors import UserError
 from tests.plugins.fault_server import (
+    NOISE,
     FaultServer,
     hang,
     openai_lines,
@@ -39,7 +40,6 @@ from tests.plugins.fault_server import (
 
 pytestmark = pytest.mark.integration
 
-NOISE = ("Traceback", "Task exception", "Session is closed", "Unclosed", "was never retrieved")
 ONE_STEP = """\
 name: one
 model: tiny

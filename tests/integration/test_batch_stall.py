@@ -22,29 +22,9 @@ from pathlib import Path
 import pytest
 
 from sparkops.samples import sample_paths
-from tests.plugins.fault_server import ok, write_records
+from tests.plugins.fault_server import NOISE, ok, write_records
 
 pytestmark = pytest.mark.integration
-
-NOISE = ("Traceback", "Task exception", "Session is closed", "Unclosed", "was never retrieved")
-ONE_STEP = """\
-name: one
-model: tiny
-steps:
-  - name: screen
-    user: "Note: {text}\\nAnswer:"
-    max_tokens: 4
-    temperature: 0
-    parse: {choices: ["yes", "no"], default: unclear}
-    next: {"yes": stop, "no": stop, unclear: stop}
-"""
-
-
-@pytest.fixture
-def job(tmp_path: Path) -> dict[str, Path]:
-    pipeline = tmp_path / "pipe.yaml"
-    pipeline.write_text(ONE_STEP)
-    return {"pipeline": pipeline, "input": tmp_path / "in.jsonl", "out": tmp_path / "job"}
 
 
 def command(job: dict[str, Path], urls: list[str], *extra: str) -> list[str]:

@@ -9,6 +9,8 @@ Fixtures
 --------
 - `fault_server` -> a started `FaultServer` (model "tiny"), stopped after the test.
 - `fault_server_factory(**kw)` -> more servers (several endpoints); all stopped at the end.
+- `job` -> a one-step job's paths (`pipeline` written from `ONE_STEP`, `input`, `out`);
+  `NOISE` lists what must never appear in a job's output.
 
 Endpoints served
 ----------------
@@ -84,6 +86,31 @@ from prometheus_client import Counter as PromCounter
 
 MARKER = re.compile(r"\[id:([^\]\s]+)\]")
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+
+
+# What a user must never see from `sparkops batch run`: tracebacks and asyncio's clean-up noise.
+NOISE = ("Traceback", "Task exception", "Session is closed", "Unclosed", "was never retrieved")
+
+# A one-step pipeline over `write_records` records, for jobs against this server.
+ONE_STEP = """\
+name: one
+model: tiny
+steps:
+  - name: screen
+    user: "Note: {text}\\nAnswer:"
+    max_tokens: 4
+    temperature: 0
+    parse: {choices: ["yes", "no"], default: unclear}
+    next: {"yes": stop, "no": stop, unclear: stop}
+"""
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> dict[str, Path]:
+    """A one-step job's paths: `pipeline` (written), `input` (for `write_records`), `out`."""
+    pipeline = tmp_path / "pipe.yaml"
+    pipeline.write_text(ONE_STEP)
+    return {"pipeline": pipeline, "input": tmp_path / "in.jsonl", "out": tmp_path / "job"}
 
 
 @dataclass(frozen=True)
