@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from sparkops.batch import openai_batch, server, stall
+from sparkops.batch import openai_batch, stall, vllm_api
 from sparkops.batch.connections import CONNECT_GAP_S, RECYCLE_EVERY
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
@@ -379,13 +379,13 @@ async def _preflight(
     base = pool.endpoints[0].base
     try:
         async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
-            names = await server.served_models(side, base, headers)
+            names = await vllm_api.served_models(side, base, headers)
     except TimeoutError:
         raise UserError(
             f"{base}/v1/models did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s; check that "
             "the server is not hung (its log, /health) and that --endpoint is right"
         ) from None
-    except server.AnswerError as err:
+    except vllm_api.AnswerError as err:
         raise UserError(
             f"{base} does not answer like vLLM or LiteLLM: {err}; fix --endpoint"
         ) from None
@@ -406,12 +406,14 @@ async def _preflight(
     steps: dict[str, Any] = {}
     try:
         async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
-            text = await server.get_text(side, pool.endpoints[0].metrics_url, headers)
-            bs = server.block_size(text) if text else None
+            text = await vllm_api.get_text(side, pool.endpoints[0].metrics_url, headers)
+            bs = vllm_api.block_size(text) if text else None
             for step in spec.steps:
                 a, b, fixed = probe_records(step)
                 toks = [
-                    await server.tokenize(side, base, spec.model, build_messages(step, r), headers)
+                    await vllm_api.tokenize(
+                        side, base, spec.model, build_messages(step, r), headers
+                    )
                     for r in (a, b, fixed)
                 ]
                 p = analyse_step(step, *toks, block_size=bs or 16)
@@ -423,7 +425,7 @@ async def _preflight(
                 }
     except TimeoutError:
         note = f"{base}/tokenize did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s"
-    except server.AnswerError as err:
+    except vllm_api.AnswerError as err:
         note = f"{base}{err}"
     except (aiohttp.ClientError, OSError, ValueError) as err:
         note = f"{base}/tokenize failed ({type(err).__name__})"
@@ -442,7 +444,7 @@ async def _sample_once(
     """One /metrics sample of every backend, appended to timeline.jsonl."""
     now = time.time()
     for ep in pool.endpoints:
-        text = await server.get_text(side, ep.metrics_url, headers)
+        text = await vllm_api.get_text(side, ep.metrics_url, headers)
         values = _values(text)
         append_json(
             cfg.out / TIMELINE,
@@ -465,7 +467,7 @@ def _values(text: str | None) -> dict[str, float]:
     if not text:
         return {}
     try:
-        return server.metric_values(text)
+        return vllm_api.metric_values(text)
     except ValueError:
         return {}
 
