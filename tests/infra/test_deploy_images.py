@@ -37,7 +37,7 @@ PLAY = """
   tasks:
     - name: Render this host's stack
       ansible.builtin.set_fact:
-        vllm_serving_rendered: "{{ hostvars | sparkops_render(groups, inventory_hostname) }}"
+        _vllm_serving_rendered: "{{ hostvars | sparkops_render(groups, inventory_hostname) }}"
     - name: Build or check every image
       ansible.builtin.include_role:
         name: vllm_serving
@@ -219,7 +219,7 @@ def test_the_router_image_is_built_for_real_and_passes_its_checks(docker_engine,
     started = time.monotonic()
     run = _start(
         tmp_path / "inv", group_vars, ["spark-1", "spark-2"], check=False,
-        extra=["-e", f"vllm_serving_docker_dir={context}"],
+        extra=["-e", f"_vllm_serving_docker_dir={context}"],
     )  # fmt: skip
     output = run.communicate(timeout=1700)[0]
     seconds = time.monotonic() - started

@@ -40,18 +40,6 @@ PLAIN = ("ansible_host", "sparkops_topology")
 ANSIBLE_ONLY = frozenset(
     {
         "vllm_serving_use_systemd",
-        "vllm_serving_rendered",
-        "vllm_serving_compose_version",
-        "vllm_serving_image_info",
-        "vllm_serving_health",
-        "vllm_serving_log_tail",
-        "vllm_serving_docker_dir",
-        "vllm_serving_engine_arch",
-        "vllm_serving_image_build",
-        "vllm_serving_image_ready",
-        "vllm_serving_image_probe",
-        "vllm_serving_expected",
-        "vllm_serving_machines",
         "litellm_router_env_file",
         "litellm_router_health",
         "ray_cluster_status",
