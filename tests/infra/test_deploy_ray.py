@@ -23,12 +23,13 @@ import pytest
 import yaml
 
 from sparkops.render import render_inventory
+from sparkops.versions import RAY_VERSION
 from tests.unit.test_render import make_inventory
 
 pytestmark = pytest.mark.infra
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = "sparkops/ray-cpu:2.60.0"
+IMAGE = f"sparkops/ray-cpu:{RAY_VERSION}"
 BASE_IMAGE = "sparkops/testhost:bookworm-amd64"
 
 
@@ -45,7 +46,9 @@ HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 def ray_image(docker_engine, tmp_path_factory) -> str:
     """The Ray node image: built once, then kept as a tarball under $SPARKOPS_CACHE/images."""
     cached = (
-        Path(os.environ.get("SPARKOPS_CACHE", REPO / ".cache")) / "images" / "ray-cpu-2.60.0.tar"
+        Path(os.environ.get("SPARKOPS_CACHE", REPO / ".cache"))
+        / "images"
+        / f"ray-cpu-{RAY_VERSION}.tar"
     )
     if docker("image", "inspect", IMAGE, check=False).returncode != 0 and cached.is_file():
         docker("load", "-i", str(cached), timeout=600)
@@ -55,7 +58,8 @@ def ray_image(docker_engine, tmp_path_factory) -> str:
         if HOST_CA_BUNDLE.is_file():  # pip in the build trusts what this machine trusts
             shutil.copy(HOST_CA_BUNDLE, context / "extra-ca.pem")
         build = docker(
-            "build", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-t", IMAGE, str(context),
+            "build", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+            "--build-arg", f"RAY_VERSION={RAY_VERSION}", "-t", IMAGE, str(context),
             timeout=900, check=False,
         )  # fmt: skip
         assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]

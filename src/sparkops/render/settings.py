@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkops.errors import UserError
+from sparkops.versions import VLLM_BASE_IMAGE
 
 
 class _Strict(BaseModel):
@@ -56,8 +57,14 @@ class ServingVars(_Strict):
     build_dir: str = "/opt/sparkops/build"
     # docker/vllm's base: an arm64 vLLM image and its digest (required to build: a moving tag
     # changed vLLM's defaults under other kits). Read it with `docker buildx imagetools inspect`.
-    base_image: str = "vllm/vllm-openai:v0.32.0"
+    # Empty: the upstream image of the kit's vLLM pin (src/sparkops/versions.env).
+    base_image: str = Field(default="", validate_default=True)
     base_digest: str = Field(default="", pattern=r"^(sha256:[0-9a-f]{64})?$")
+
+    @field_validator("base_image")
+    @classmethod
+    def _pinned_base(cls, value: str) -> str:
+        return value or VLLM_BASE_IMAGE
 
     @field_validator("model_dir")
     @classmethod

@@ -26,6 +26,7 @@ from sparkops.render.settings import (
     serving_topology,
     split_prefixed,
 )
+from sparkops.versions import RAY_VERSION
 
 # Privacy by default: no usage reports from vLLM, Hugging Face or Ray.
 TELEMETRY_OFF = {
@@ -359,6 +360,7 @@ def _vllm_build(stack: HostStack) -> dict[str, Any] | None:
             "VLLM_BASE": serving.base_image,
             "VLLM_DIGEST": serving.base_digest,
             "WITH_RAY": "1",
+            "RAY_VERSION": RAY_VERSION,
         },
         "problem": problem,
     }
