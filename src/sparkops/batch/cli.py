@@ -10,10 +10,10 @@ import traceback
 from pathlib import Path
 
 from sparkops.batch.job import JobConfig, run_job
-from sparkops.batch.journal import open_private
 from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.batch.status import job_status
 from sparkops.errors import JobStopped, UserError
+from sparkops.files import open_private
 
 CRASH_LOG = "crash.log"
 EXIT_STATUSES = """\

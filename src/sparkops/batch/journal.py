@@ -26,6 +26,7 @@ from typing import Any
 
 from sparkops.batch import openai_batch
 from sparkops.errors import JobStopped, UserError
+from sparkops.files import open_private, write_atomic
 
 RESULTS = "results.jsonl"
 MANIFEST = "manifest.json"
@@ -55,13 +56,6 @@ def line_key(obj: dict[str, Any], key_field: str) -> str:
         return str(rid)
     # an OpenAI output line keeps the kit's fields out: its error object names the line
     return f"\x00line:{obj.get('line', openai_batch.input_line(obj))}"
-
-
-def open_private(path: Path, flags: int) -> int:
-    """Open (creating 0600) a file that may hold patient-derived text."""
-    fd = os.open(path, flags | os.O_CREAT, 0o600)
-    os.fchmod(fd, 0o600)
-    return fd
 
 
 def dumps_line(obj: dict[str, Any]) -> bytes:
@@ -124,30 +118,10 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     A crash or a full disk leaves the previous file (or none), never an empty or truncated
     one that every later run, status or report would trip over.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = (json.dumps(obj, indent=2) + "\n").encode("utf-8")
-    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
     try:
-        write_all(fd, data, path)
-        fsync_fd(fd, path)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable (best effort: some file systems refuse fsync on a folder)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    with contextlib.suppress(OSError):
-        os.fsync(fd)
-    os.close(fd)
+        write_atomic(path, json.dumps(obj, indent=2) + "\n", durable=True)
+    except OSError as err:
+        raise stop_on_full_disk(err, path) from None
 
 
 def read_json_file(path: Path) -> Any | None:

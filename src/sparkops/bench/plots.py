@@ -12,6 +12,7 @@ matplotlib.use("Agg")  # files only, never a display
 import matplotlib.pyplot as plt
 
 from sparkops.bench.sweep import LevelSummary
+from sparkops.files import write_figure
 
 RECORDS_PLOT = "records_per_min.png"
 HIT_RATE_PLOT = "hit_rate.png"
@@ -32,7 +33,7 @@ def _plot(levels: Sequence[LevelSummary], values: list[float | None], ylabel: st
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
-        fig.savefig(path, format="png")
+        write_figure(path, fig)
     finally:
         plt.close(fig)
 

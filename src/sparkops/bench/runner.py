@@ -10,7 +10,6 @@ runs with `VLLM_SERVER_DEV_MODE=1` (a development switch: keep such servers on 1
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +22,7 @@ from sparkops.batch.journal import RESULTS, TIMELINE, iter_results
 from sparkops.bench.plots import write_plots
 from sparkops.bench.sweep import LevelSummary, report_markdown, summarise_level
 from sparkops.errors import UserError
+from sparkops.files import write_atomic
 
 SWEEP_JSON = "sweep.json"
 SWEEP_MD = "sweep.md"
@@ -87,13 +87,6 @@ def read_lines(path: Path) -> list[dict]:
     return list(iter_results(path))
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
-
-
 def run_sweep(cfg: SweepConfig) -> SweepResult:
     """Run every level (each resumable, like any batch job) and write the report."""
     if not cfg.endpoints:
@@ -133,7 +126,7 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
 
     plots = write_plots(summaries, cfg.out)
     table = cfg.out / SWEEP_JSON
-    _write_private(
+    write_atomic(
         table,
         json.dumps(
             {
@@ -145,12 +138,10 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
         ),
     )
     report = cfg.out / SWEEP_MD
-    _write_private(
+    write_atomic(
         report,
         report_markdown(
             summaries, cold=cfg.cold, records_file=cfg.input.name, plots=[p.name for p in plots]
         ),
     )
-    for plot in plots:
-        os.chmod(plot, 0o600)
     return SweepResult(levels=summaries, report=report, table=table, plots=plots)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sparkops.errors import UserError
+from sparkops.files import open_private
 from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 
@@ -193,9 +194,7 @@ def _log_tail(path: str | Path, lines: int = 30) -> str:
 def _open_private_log(path: Path):
     """Logs may mention request ids and settings: owner-only, like every output of the kit."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.chmod(path, 0o600)
-    return os.fdopen(fd, "ab")
+    return os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "ab")
 
 
 def _spawn(cmd: list[str], env: dict[str, str], host: str, port: int, log_path: Path) -> Server:

@@ -10,10 +10,10 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from sparkops.files import open_private, write_atomic
 from sparkops.local import paths
 from sparkops.local.server import Server
 
@@ -29,7 +29,7 @@ def locked(cache: Path | None = None) -> Iterator[None]:
     """Hold an exclusive lock on the state for a read-modify-write."""
     directory = paths.state_dir(cache)
     directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_private(directory / ".lock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -55,8 +55,4 @@ def save(servers: list[Server], cache: Path | None = None) -> None:
         path.unlink(missing_ok=True)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".servers-", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"servers": [s.to_dict() for s in servers]}, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"servers": [s.to_dict() for s in servers]}, indent=2) + "\n")

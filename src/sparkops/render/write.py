@@ -10,6 +10,7 @@ import os
 import secrets as pysecrets
 from pathlib import Path
 
+from sparkops.files import write_atomic
 from sparkops.profiles import load_profile
 from sparkops.render.inventory import read_inventory
 from sparkops.render.stack import plan_stack
@@ -64,9 +65,4 @@ def render_inventory(
 
 def write_file(path: Path, content: str, mode: int) -> None:
     """Write atomically with the mode set before any byte lands (secrets are never 0644)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(content)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    write_atomic(path, content, mode=mode)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from sparkops.batch import stall
-from sparkops.batch.journal import open_private
+from sparkops.files import write_atomic, write_figure
 from sparkops.metrics.timeline import completion_rate_series, hit_rate_series
 from sparkops.report.compute import compute_report, load_dir
 
@@ -153,22 +152,16 @@ def plot(data: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig = figure(data)
-    fd = open_private(path, os.O_WRONLY | os.O_TRUNC)
-    with os.fdopen(fd, "wb") as fh:
-        fig.savefig(fh, format="png", dpi=100)
-    plt.close(fig)
+    try:
+        write_figure(path, fig, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def write_report(directory: Path) -> dict[str, Any]:
     data = load_dir(directory)
     report = compute_report(data)
-    _write(directory / "report.json", json.dumps(report, indent=2) + "\n")
-    _write(directory / "report.md", markdown(report, directory.name))
+    write_atomic(directory / "report.json", json.dumps(report, indent=2) + "\n")
+    write_atomic(directory / "report.md", markdown(report, directory.name))
     plot(data, directory / "throughput.png")
     return report
-
-
-def _write(path: Path, text: str) -> None:
-    fd = open_private(path, os.O_WRONLY | os.O_TRUNC)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
