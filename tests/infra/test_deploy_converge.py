@@ -38,6 +38,7 @@ from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
 from tests.plugins.hosts import image_ref, run_docker
+from tests.plugins.playbook import PlaybookRun, run_playbook
 
 pytestmark = pytest.mark.infra
 
@@ -78,19 +79,18 @@ def _venv_mounts() -> tuple[Path, Path]:
     return venv, Path(cfg["home"]).parent
 
 
-def run_deploy(inventory: Path) -> tuple[subprocess.CompletedProcess, int]:
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("ansible-playbook")),
-            "-i", str(inventory), str(REPO / "ansible" / "playbooks" / "deploy.yml"),
-            "-e", "ansible_become=false",  # already root; this machine has no sudo
-        ],
-        capture_output=True, text=True, timeout=1500, cwd=REPO / "ansible",
-        env={"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-             "HOME": str(Path.home()), "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg")},
-    )  # fmt: skip
-    recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", result.stdout)
-    return result, int(recap.group(1)) if recap else -1
+def run_deploy(inventory: Path) -> tuple[PlaybookRun, int]:
+    """deploy.yml from ansible/, with nothing of this process's environment but PATH and HOME."""
+    run = run_playbook(
+        "deploy.yml",
+        inventory,
+        "-e",
+        "ansible_become=false",  # already root; this machine has no sudo
+        inherit_env=False,
+        cwd=REPO / "ansible",
+        timeout=1500,
+    )
+    return run, run.changed_on("localhost")
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_deploy_converges_and_a_second_run_changes_nothing(local_inventory):
     first, first_changed = run_deploy(inventory)
     first_s = time.monotonic() - started
     ready_at = datetime.now(UTC)  # the playbook's /health wait has passed by now
-    assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-2000:]
+    assert first.rc == 0, first.stdout[-5000:] + first.stderr[-2000:]
     assert first_changed >= 4  # folders, compose.yml, serving.env, the stack start
     assert (stack / "serving.env").stat().st_mode & 0o777 == 0o600
 
@@ -158,7 +158,7 @@ def test_deploy_converges_and_a_second_run_changes_nothing(local_inventory):
     started = time.monotonic()
     second, second_changed = run_deploy(inventory)
     second_s = time.monotonic() - started
-    assert second.returncode == 0, second.stdout[-5000:]
+    assert second.rc == 0, second.stdout[-5000:]
     assert second_changed == 0, second.stdout[-5000:]
     # Nothing was recreated: the same container still serves.
     again = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm")

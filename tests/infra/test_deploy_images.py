@@ -12,7 +12,6 @@ container sees. A router host in check mode shows the LiteLLM image build it wou
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import yaml
 from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from tests.plugins.hosts import image_ref, run_docker
+from tests.plugins.playbook import start_playbook
 
 pytestmark = pytest.mark.infra
 
@@ -120,22 +120,11 @@ def _start(
     (folder / "hosts.yml").write_text(yaml.safe_dump(tree))
     (folder / "play.yml").write_text(PLAY)
     env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
         "ANSIBLE_FILTER_PLUGINS": str(REPO / "ansible" / "plugins" / "filter"),
         "ANSIBLE_ROLES_PATH": str(REPO / "ansible" / "roles"),
-        "ANSIBLE_NOCOLOR": "1",
     }
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        "-i", str(folder / "hosts.yml"), str(folder / "play.yml"), "-l", "spark-1",
-    ]  # fmt: skip
-    if check:
-        argv.append("--check")
-    argv += extra or []
-    return subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
+    args = ("-l", "spark-1", *(extra or []))
+    return start_playbook(folder / "play.yml", folder / "hosts.yml", *args, check=check, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import yaml
 
 from sparkops.render import render_inventory
 from sparkops.versions import RAY_VERSION
-from tests.unit.test_render import make_inventory
+from tests.plugins.inventories import make_inventory
 
 pytestmark = pytest.mark.infra
 

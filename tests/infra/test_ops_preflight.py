@@ -9,13 +9,9 @@ a healthy loaded GPU ("load") or the seed's stuck low-power state ("stuck").
 from __future__ import annotations
 
 import json
-import os
 import select
-import shutil
 import socket
 import socketserver
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,14 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.plugins.hosts import inventory, run_docker
+from tests.plugins.hosts import inventory, put_fixture, set_gpu_state
+from tests.plugins.playbook import run_playbook
 
 pytestmark = pytest.mark.infra
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOKS = ROOT / "ansible" / "playbooks"
-PLAYBOOK = PLAYBOOKS / "preflight.yml"
-NVIDIA_SMI = ROOT / "tests" / "fixtures" / "bin" / "nvidia-smi"
+PLAYBOOK = "preflight.yml"
 ALL_CHECKS = {
     "page_cache_dropped",
     "memory_headroom",
@@ -76,34 +70,19 @@ def relay(bind: str, target: tuple[str, int]) -> Iterator[int]:
         server.server_close()
 
 
-def ansible_playbook() -> str:
-    found = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
-    return found or "ansible-playbook"
-
-
 def run_preflight(tmp_path: Path, host, gpu_state: str, extra: dict) -> tuple[int, dict, str]:
-    host.exec(
-        f"mkdir -p /etc/sparkops-fixture && echo {gpu_state} > /etc/sparkops-fixture/gpu-state"
-    )
+    set_gpu_state(host, gpu_state)
     summaries = tmp_path / f"summary-{gpu_state}"
     summaries.mkdir()
     inv = tmp_path / "inventory.yml"
     inv.write_text(yaml.safe_dump(inventory([host], group="sparks")))
     extra_vars = tmp_path / f"vars-{gpu_state}.json"
     extra_vars.write_text(json.dumps({"sparkops_preflight_summary_dir": str(summaries), **extra}))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible" / "ansible.cfg")}
-    proc = subprocess.run(
-        [ansible_playbook(), "-i", str(inv), str(PLAYBOOK), "-e", f"@{extra_vars}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
+    run = run_playbook(PLAYBOOK, inv, "-e", f"@{extra_vars}", timeout=600)
     summary_file = summaries / f"{host.name}.json"
-    assert summary_file.exists(), proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert summary_file.exists(), run.stdout[-3000:] + run.stderr[-2000:]
     assert (summary_file.stat().st_mode & 0o777) == 0o600
-    return proc.returncode, json.loads(summary_file.read_text()), proc.stdout
+    return run.rc, json.loads(summary_file.read_text()), run.stdout
 
 
 # Includes the shared vLLM server's start-up when this test is the first to need it: about
@@ -111,7 +90,7 @@ def run_preflight(tmp_path: Path, host, gpu_state: str, extra: dict) -> tuple[in
 @pytest.mark.timeout(1800)
 def test_preflight_passes_and_fails_for_the_right_reasons(systemd_host, vllm_server, tmp_path):
     host = systemd_host("amd64")
-    run_docker("cp", str(NVIDIA_SMI), f"{host.id}:/usr/local/bin/nvidia-smi")
+    put_fixture(host, "nvidia-smi")
     bridge = host.exec("ip -4 route show default", check=True).stdout.split()[2]
     with relay(bridge, ("127.0.0.1", vllm_server.port)) as port:
         check_preflight(tmp_path, host, f"http://{bridge}:{port}")
@@ -123,24 +102,9 @@ def check_status(tmp_path: Path, host, url: str) -> None:
     out_dir = tmp_path / "status"
     out_dir.mkdir()
     inv = tmp_path / "inventory.yml"
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible" / "ansible.cfg")}
     extra = {"sparkops_status_vllm_url": url, "sparkops_status_dir": str(out_dir)}
-    proc = subprocess.run(
-        [
-            ansible_playbook(),
-            "-i",
-            str(inv),
-            str(PLAYBOOKS / "status.yml"),
-            "-e",
-            json.dumps(extra),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    run = run_playbook("status.yml", inv, extra_vars=extra, timeout=600)
+    assert run.rc == 0, run.stdout[-3000:] + run.stderr[-2000:]
     status = json.loads((out_dir / f"{host.name}.json").read_text())
     assert status["health"] == 200
     assert status["unit"] == "absent"

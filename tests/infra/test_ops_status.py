@@ -11,10 +11,7 @@ port but a loopback bind address, nothing answers (-1): the probe really follows
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,11 +19,9 @@ import pytest
 import yaml
 
 from sparkops.metrics.scrape import fetch_metrics
+from tests.plugins.playbook import run_playbook
 
 pytestmark = pytest.mark.infra
-
-ROOT = Path(__file__).resolve().parents[2]
-STATUS = ROOT / "ansible" / "playbooks" / "status.yml"
 
 
 def private_address() -> str:
@@ -54,23 +49,10 @@ def run_status(tmp_path: Path, name: str, host_vars: dict) -> tuple[dict, str]:
     )
     out_dir = tmp_path / f"status-{name}"
     out_dir.mkdir()
-    playbook = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
-    proc = subprocess.run(
-        [
-            playbook or "ansible-playbook",
-            "-i",
-            str(inv),
-            str(STATUS),
-            "-e",
-            json.dumps({"sparkops_status_dir": str(out_dir)}),
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible" / "ansible.cfg")},
-        timeout=300,
-        check=False,
+    proc = run_playbook(
+        "status.yml", inv, extra_vars={"sparkops_status_dir": str(out_dir)}, timeout=300
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.rc == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     status = json.loads((out_dir / "localhost.json").read_text())
     # The printed JSON (the debug task) is the same object as the file.
     assert json.dumps(status, sort_keys=True) in _printed(proc.stdout), proc.stdout[-3000:]

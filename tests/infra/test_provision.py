@@ -12,105 +12,23 @@ is false; x86_64 is not a Spark, so spark_preflight_arch_mismatch is warn; no QS
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.plugins.hosts import Host, run_docker
+from tests.plugins.hosts import Host, put_fixture, set_gpu_state
+from tests.plugins.playbook import PlaybookRun
+from tests.plugins.provision import JOB_USER, NVIDIA_REPO, provision, write_inventory
 
 # Three playbook runs happen in the first test's setup: allow for a loaded 2-core machine.
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = REPO / "ansible" / "playbooks" / "provision.yml"
-FIXTURES = REPO / "tests" / "fixtures" / "bin"
-JOB_USER = "researcher"
-RECAP = re.compile(
-    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
-)
-
-# The settings a Debian amd64 test host needs; everything else is the roles' defaults.
-NVIDIA_REPO = "https://nvidia-repo.invalid/stable/deb"
-TEST_VARS = {
-    "sparkops_topology": "single",
-    "spark_preflight_arch_mismatch": "warn",
-    "spark_preflight_min_disk_gb": 1,
-    "container_runtime_compose_required": False,
-    "container_runtime_docker_users": [JOB_USER],
-    "host_tuning_job_users": [JOB_USER],
-    "host_tuning_earlyoom_enabled": True,
-    # The kit names no package host; a user sets NVIDIA's URLs. Check mode only renders them.
-    "container_runtime_nvidia_repo_url": NVIDIA_REPO,
-    "container_runtime_nvidia_repo_key_url": "https://nvidia-repo.invalid/gpgkey",
-}
-
-
 # sparkops_cli converges in test_sparkops_cli_role.py: its pip install needs the wheel folder
 # that test gives the host (the test bed's containers reach no index through the TLS proxy).
 NOT_CLI = ("--skip-tags", "sparkops_cli")
-
-
-@dataclass
-class Run:
-    """One ansible-playbook run: exit code, full output, recap of the host, seconds taken."""
-
-    rc: int
-    output: str
-    changed: int
-    failed: int
-    seconds: float
-
-
-def write_inventory(directory: Path, host: Host, extra: dict | None = None) -> Path:
-    """An inventory in the shape of inventory/single/, pointing at the test host."""
-    directory.mkdir(parents=True, exist_ok=True)
-    hosts = {"all": {"children": {"sparks": {"hosts": {host.name: host.ansible_vars}}}}}
-    (directory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    group_vars = directory / "group_vars" / "all"
-    group_vars.mkdir(parents=True, exist_ok=True)
-    (group_vars / "test.yml").write_text(yaml.safe_dump({**TEST_VARS, **(extra or {})}))
-    return directory
-
-
-def playbook(inventory: Path, host: Host, *args: str, timeout: float = 1200) -> Run:
-    """Run provision.yml the way the README says, with the kit's ansible.cfg."""
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    venv_bin = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-    command = [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), *args]
-    start = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
-    seconds = time.monotonic() - start
-    output = result.stdout + result.stderr
-    recap = {m.group(1): m for m in RECAP.finditer(output)}
-    line = recap.get(host.name)
-    changed = int(line.group(3)) if line else -1
-    failed = int(line.group(5)) if line else -1
-    return Run(result.returncode, output, changed, failed, seconds)
-
-
-def put_fixture(host: Host, name: str) -> None:
-    """Install one GPU tool fixture on the host's PATH."""
-    run_docker("cp", str(FIXTURES / name), f"{host.id}:/usr/local/bin/{name}")
-
-
-def set_gpu_state(host: Host, state: str) -> None:
-    """Choose what the nvidia-smi fixture reports: idle, load or stuck."""
-    host.exec(
-        f"mkdir -p /etc/sparkops-fixture && echo {state} > /etc/sparkops-fixture/gpu-state",
-        check=True,
-    )
 
 
 @dataclass
@@ -119,9 +37,9 @@ class Converged:
 
     host: Host
     inventory: Path
-    check: Run
-    first: Run
-    second: Run
+    check: PlaybookRun
+    first: PlaybookRun
+    second: PlaybookRun
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +52,7 @@ def converged(
     set_gpu_state(host, "load")
     inventory = write_inventory(tmp_path_factory.mktemp("inventory"), host)
 
-    check = playbook(inventory, host, "--check", "--diff", *NOT_CLI)
+    check = provision(inventory, "--check", "--diff", *NOT_CLI)
     assert check.rc == 0, check.output[-4000:]
     # Check mode on the fresh host must leave it as it was.
     untouched = host.exec(
@@ -144,9 +62,9 @@ def converged(
     assert untouched.count("No such file") == 3 and "dockerd" not in untouched, untouched
 
     put_fixture(host, "nvidia-ctk")
-    first = playbook(inventory, host, *NOT_CLI)
+    first = provision(inventory, *NOT_CLI)
     assert first.rc == 0, first.output[-4000:]
-    second = playbook(inventory, host, *NOT_CLI)
+    second = provision(inventory, *NOT_CLI)
     print(
         f"\nprovision amd64: check {check.seconds:.0f} s, first converge {first.seconds:.0f} s,"
         f" second converge {second.seconds:.0f} s"
@@ -273,7 +191,7 @@ def test_unfit_host_stops_in_preflight_before_any_change(converged: Converged) -
         converged.host,
         {"spark_preflight_arch_mismatch": "fail"},
     )
-    run = playbook(inventory, converged.host)
+    run = provision(inventory)
     assert run.rc != 0 and run.changed == 0
     assert f"{converged.host.name} is x86_64, not aarch64" in run.output
     assert "spark_preflight_arch_mismatch: warn" in run.output

@@ -17,15 +17,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.infra.test_provision import (
-    JOB_USER,
-    Run,
-    playbook,
-    put_fixture,
-    set_gpu_state,
-    write_inventory,
-)
-from tests.plugins.hosts import Host
+from tests.plugins.hosts import Host, put_fixture, set_gpu_state
+from tests.plugins.playbook import PlaybookRun
+from tests.plugins.provision import JOB_USER, provision, write_inventory
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -43,7 +37,7 @@ LAPTOP_VARS = {
 @dataclass
 class Laptop:
     host: Host
-    first: Run
+    first: PlaybookRun
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +47,7 @@ def laptop(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathF
     put_fixture(host, "nvidia-smi")
     set_gpu_state(host, "stuck")
     inventory = write_inventory(tmp_path_factory.mktemp("laptop"), host, LAPTOP_VARS)
-    first = playbook(inventory, host, "--tags", "host_tuning", timeout=1700)
+    first = provision(inventory, "--tags", "host_tuning", timeout=1700)
     assert first.rc == 0, first.output[-4000:]
     print(f"\nprovision arm64 (preflight + host_tuning): converge {first.seconds:.0f} s")
     return Laptop(host, first)

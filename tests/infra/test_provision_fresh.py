@@ -16,10 +16,7 @@ Only host_tuning and qsfp_network converge (tags); container_runtime has its own
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,18 +24,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.plugins.hosts import Host, run_docker
+from tests.plugins.hosts import Host, put_fixture, set_gpu_state
+from tests.plugins.playbook import PlaybookRun, run_playbook
+from tests.plugins.provision import JOB_USER
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOKS = REPO / "ansible" / "playbooks"
-FIXTURES = REPO / "tests" / "fixtures" / "bin"
-JOB_USER = "researcher"
 NETPLAN = "/etc/netplan/40-sparkops-qsfp.yaml"
-RECAP = re.compile(
-    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
-)
 TAGS = "host_tuning,qsfp_network"
 # Every value a string, as `-e key=value` gives them: numbers, a boolean.
 EXTRA = {
@@ -48,38 +40,6 @@ EXTRA = {
     "spark_preflight_min_disk_gb": "1",
     "host_tuning_gpu_check_samples": "2",
 }
-
-
-@dataclass
-class Run:
-    """One ansible-playbook run: exit status, output, changed count per host, seconds."""
-
-    rc: int
-    output: str
-    changed: dict[str, int]
-    seconds: float
-
-    @property
-    def text(self) -> str:
-        """The output with line breaks folded, as a person reads a wrapped message."""
-        return " ".join(self.output.split())
-
-
-def ansible_playbook(inventory: Path, playbook: str, *args: str, timeout: float = 900) -> Run:
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    venv_bin = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-    command = [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOKS / playbook)]
-    start = time.monotonic()
-    result = subprocess.run(
-        [*command, *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
-    output = result.stdout + result.stderr
-    changed = {m.group(1): int(m.group(3)) for m in RECAP.finditer(output)}
-    return Run(result.returncode, output, changed, time.monotonic() - start)
 
 
 def extra_args(**override: str) -> list[str]:
@@ -143,44 +103,41 @@ def pair(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFac
     for host in hosts:
         host.exec(["dpkg", "--purge", "python3-apt"], check=True)
         host.exec(["useradd", "--create-home", JOB_USER], check=True)
-        run_docker("cp", str(FIXTURES / "nvidia-smi"), f"{host.id}:/usr/local/bin/nvidia-smi")
-        host.exec(
-            "mkdir -p /etc/sparkops-fixture && echo load > /etc/sparkops-fixture/gpu-state",
-            check=True,
-        )
+        put_fixture(host, "nvidia-smi")
+        set_gpu_state(host, "load")
     return Pair(hosts, write_inventory(tmp_path_factory.mktemp("inventory"), hosts))
 
 
 @pytest.fixture(scope="module")
-def misspelt(pair: Pair) -> Run:
+def misspelt(pair: Pair) -> PlaybookRun:
     """A misspelt role variable in -e (preflight tag only: nothing may change either way)."""
-    return ansible_playbook(
-        pair.inventory, "provision.yml", "--tags", "preflight", "-e", "host_tuning_job_user=x"
+    return run_playbook(
+        "provision.yml", pair.inventory, "--tags", "preflight", "-e", "host_tuning_job_user=x"
     )
 
 
 @pytest.fixture(scope="module")
-def missing_interface(pair: Pair, misspelt: Run) -> Run:
+def missing_interface(pair: Pair, misspelt: PlaybookRun) -> PlaybookRun:
     """A pinned QSFP interface that does not exist, on the fresh hosts."""
     override = extra_args(qsfp_network_interface="enp1s0f1np1")
-    return ansible_playbook(pair.inventory, "provision.yml", "--tags", TAGS, *override)
+    return run_playbook("provision.yml", pair.inventory, "--tags", TAGS, *override)
 
 
 @pytest.fixture(scope="module")
-def check(pair: Pair, missing_interface: Run) -> Run:
+def check(pair: Pair, missing_interface: PlaybookRun) -> PlaybookRun:
     """Check mode on the fresh hosts, which have no python3-apt."""
     args = ("--check", "--diff", "--tags", TAGS, *extra_args())
-    return ansible_playbook(pair.inventory, "provision.yml", *args)
+    return run_playbook("provision.yml", pair.inventory, *args)
 
 
 @pytest.fixture(scope="module")
-def converge(pair: Pair, check: Run) -> Run:
+def converge(pair: Pair, check: PlaybookRun) -> PlaybookRun:
     """The first converge, every number and boolean a string given with -e."""
-    return ansible_playbook(pair.inventory, "provision.yml", "--tags", TAGS, *extra_args())
+    return run_playbook("provision.yml", pair.inventory, "--tags", TAGS, *extra_args())
 
 
 @pytest.fixture(scope="module")
-def offline(pair: Pair, check: Run, converge: Run) -> Run:
+def offline(pair: Pair, check: PlaybookRun, converge: PlaybookRun) -> PlaybookRun:
     """The same converge again once no apt mirror answers."""
     for host in pair.hosts:
         host.exec(
@@ -189,7 +146,7 @@ def offline(pair: Pair, check: Run, converge: Run) -> Run:
             check=True,
         )
         assert host.exec(["apt-get", "update", "--error-on=any"]).returncode != 0
-    run = ansible_playbook(pair.inventory, "provision.yml", "--tags", TAGS, *extra_args())
+    run = run_playbook("provision.yml", pair.inventory, "--tags", TAGS, *extra_args())
     print(
         f"\nfresh pair: check {check.seconds:.0f} s, converge {converge.seconds:.0f} s,"
         f" offline re-converge {run.seconds:.0f} s"
@@ -198,7 +155,7 @@ def offline(pair: Pair, check: Run, converge: Run) -> Run:
 
 
 def test_a_misspelt_variable_in_extra_vars_is_refused_naming_the_declared_one(
-    misspelt: Run,
+    misspelt: PlaybookRun,
 ) -> None:
     assert misspelt.rc != 0
     assert "host_tuning_job_user is not a variable of the role host_tuning" in misspelt.text
@@ -207,7 +164,7 @@ def test_a_misspelt_variable_in_extra_vars_is_refused_naming_the_declared_one(
 
 
 def test_a_missing_pinned_interface_stops_preflight_before_any_change(
-    pair: Pair, missing_interface: Run
+    pair: Pair, missing_interface: PlaybookRun
 ) -> None:
     first = pair.hosts[0]
     assert missing_interface.rc != 0
@@ -219,18 +176,22 @@ def test_a_missing_pinned_interface_stops_preflight_before_any_change(
         assert untouched(host).count("No such file") == 3
 
 
-def test_check_mode_works_without_python3_apt_and_changes_nothing(pair: Pair, check: Run) -> None:
+def test_check_mode_works_without_python3_apt_and_changes_nothing(
+    pair: Pair, check: PlaybookRun
+) -> None:
     assert check.rc == 0, check.output[-4000:]
     assert "...ignoring" not in check.output
     assert "would run apt-get update and install earlyoom" in check.output
     assert "would run apt-get update and install ethtool, iputils-ping" in check.output
-    assert check.changed[pair.hosts[0].name] >= 5
+    assert check.changed_on(pair.hosts[0].name) >= 5
     for host in pair.hosts:
         assert untouched(host).count("No such file") == 3
         assert host.exec(["dpkg", "-s", "python3-apt"]).returncode != 0
 
 
-def test_numbers_and_booleans_given_with_extra_vars_converge(pair: Pair, converge: Run) -> None:
+def test_numbers_and_booleans_given_with_extra_vars_converge(
+    pair: Pair, converge: PlaybookRun
+) -> None:
     assert converge.rc == 0, converge.output[-4000:]
     assert "Traceback" not in converge.output
     first = pair.hosts[0]
@@ -239,10 +200,10 @@ def test_numbers_and_booleans_given_with_extra_vars_converge(pair: Pair, converg
     assert first.exec(["systemctl", "is-active", "earlyoom"]).stdout.strip() == "active"
 
 
-def test_a_converged_pair_reconverges_with_no_apt_mirror(pair: Pair, offline: Run) -> None:
+def test_a_converged_pair_reconverges_with_no_apt_mirror(pair: Pair, offline: PlaybookRun) -> None:
     assert offline.rc == 0, offline.output[-4000:]
     names = [host.name for host in pair.hosts]
-    assert {name: offline.changed.get(name) for name in names} == dict.fromkeys(names, 0), (
+    assert {name: offline.changed_on(name) for name in names} == dict.fromkeys(names, 0), (
         offline.output[-4000:]
     )
 
@@ -258,8 +219,8 @@ def test_preflight_says_when_its_docker_probe_cannot_run(pair: Pair, tmp_path: P
         "sparkops_preflight_vllm_url": "http://127.0.0.1:9",  # nothing serves here
         "sparkops_preflight_load_sample_after_s": 0,
     }
-    run = ansible_playbook(
-        pair.inventory, "preflight.yml", "--limit", host.name, "-e", json.dumps(settings)
+    run = run_playbook(
+        "preflight.yml", pair.inventory, "--limit", host.name, "-e", json.dumps(settings)
     )
     assert run.rc != 0  # vLLM is not up, so preflight fails, but for the right reasons
     assert "Traceback" not in run.output

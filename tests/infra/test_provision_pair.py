@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.infra.test_provision import Run, playbook, put_fixture
-from tests.plugins.hosts import Host, run_docker
+from tests.plugins.hosts import Host, put_fixture, run_docker
+from tests.plugins.playbook import PlaybookRun
+from tests.plugins.provision import provision
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -55,8 +56,8 @@ def pair_inventory(directory: Path, hosts: list[Host], mtu: int) -> Path:
 @dataclass
 class Pair:
     hosts: list[Host]
-    good: Run
-    jumbo: Run
+    good: PlaybookRun
+    jumbo: PlaybookRun
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +66,8 @@ def pair(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFac
     for host in hosts:
         put_fixture(host, "nvidia-smi")
     base = tmp_path_factory.mktemp("pair")
-    good = playbook(
-        pair_inventory(base / "mtu1500", hosts, 1500), hosts[0], "--tags", "qsfp_network"
-    )
-    jumbo = playbook(
-        pair_inventory(base / "mtu9000", hosts, 9000), hosts[0], "--tags", "qsfp_network"
-    )
+    good = provision(pair_inventory(base / "mtu1500", hosts, 1500), "--tags", "qsfp_network")
+    jumbo = provision(pair_inventory(base / "mtu9000", hosts, 9000), "--tags", "qsfp_network")
     print(f"\nqsfp pair: converge {good.seconds:.0f} s, jumbo run {jumbo.seconds:.0f} s")
     return Pair(hosts, good, jumbo)
 

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,17 +30,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.test_provision import (
-    JOB_USER,
-    PLAYBOOK,
-    REPO,
-    Run,
-    playbook,
+from tests.plugins.hosts import (
+    Host,
+    docker_ce_standin,
+    offline,
     put_fixture,
     set_gpu_state,
-    write_inventory,
 )
-from tests.plugins.hosts import Host, docker_ce_standin, offline
+from tests.plugins.playbook import PlaybookRun, start_playbook
+from tests.plugins.provision import JOB_USER, provision, write_inventory
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -60,11 +57,6 @@ def prepare(host: Host) -> None:
     for tool in ("nvidia-smi", "nvidia-ctk"):
         put_fixture(host, tool)
     set_gpu_state(host, "load")
-
-
-def said(run: Run) -> str:
-    """The run's output with whitespace collapsed: ansible-core 2.19 wraps error messages."""
-    return " ".join(run.output.split())
 
 
 def installed(host: Host, package: str) -> bool:
@@ -91,24 +83,9 @@ def playbook_killed_at(inventory: Path, marker: str, timeout: float = 900) -> st
     Stands in for a converge interrupted by a dropped SSH session or a Ctrl-C at the wrong
     moment: ansible-playbook and its workers die together (one process group).
     """
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    venv_bin = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-    command = [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), *TAGS]
     deadline = time.monotonic() + timeout
     lines: list[str] = []
-    with subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    ) as proc:
+    with start_playbook("provision.yml", inventory, *TAGS, new_session=True) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
@@ -126,12 +103,12 @@ class DockerCeHost:
     """A Docker CE host without compose: the refusal, check mode, then the real converge."""
 
     host: Host
-    refused: Run
+    refused: PlaybookRun
     kept_after_refusal: dict[str, bool]
-    check: Run
+    check: PlaybookRun
     daemon_after_check: dict
-    converge: Run
-    again_offline: Run
+    converge: PlaybookRun
+    again_offline: PlaybookRun
 
 
 @pytest.fixture(scope="module")
@@ -149,17 +126,17 @@ def docker_ce(
         tmp_path_factory.mktemp("docker-ce"), host, {"container_runtime_compose_required": True}
     )
 
-    refused = playbook(inventory, host, *TAGS)
+    refused = provision(inventory, *TAGS)
     kept = {p: installed(host, p) for p in (*ENGINE_FAMILY, "docker.io")}
 
     docker_ce_standin(host, "publish")  # now "Docker's repository" offers the compose plugin
-    check = playbook(inventory, host, *TAGS, "--check", "--diff")
+    check = provision(inventory, *TAGS, "--check", "--diff")
     assert check.rc == 0, check.output[-4000:]
     daemon_after_check = daemon_json(host)
-    converge = playbook(inventory, host, *TAGS)
+    converge = provision(inventory, *TAGS)
     assert converge.rc == 0, converge.output[-4000:]
     with offline(host):
-        again = playbook(inventory, host, *TAGS)
+        again = provision(inventory, *TAGS)
     print(
         f"\ndocker-ce host: refusal {refused.seconds:.0f} s, check {check.seconds:.0f} s,"
         f" converge {converge.seconds:.0f} s, offline re-converge {again.seconds:.0f} s"
@@ -173,9 +150,9 @@ def test_docker_ce_without_a_compose_source_stops_with_the_fix_and_keeps_the_eng
     refused = docker_ce.refused
     assert refused.rc != 0 and refused.changed == 0, refused.output[-4000:]
     assert "Traceback" not in refused.output
-    assert "no apt source offers docker-compose-plugin" in said(refused)
-    assert "Add Docker's apt repository to the apt sources" in said(refused)
-    assert "container_runtime_compose_required: false" in said(refused)
+    assert "no apt source offers docker-compose-plugin" in refused.text
+    assert "Add Docker's apt repository to the apt sources" in refused.text
+    assert "container_runtime_compose_required: false" in refused.text
     # Before the fix apt installed docker.io, whose Conflicts removed all three.
     assert docker_ce.kept_after_refusal == {
         "docker-ce": True,
@@ -222,14 +199,14 @@ class Interrupted:
     """A Debian host: a refused ghost user, a killed first converge, its recovery, offline."""
 
     host: Host
-    refused: Run
+    refused: PlaybookRun
     ghost_exists: bool
-    check: Run
+    check: PlaybookRun
     untouched_after_check: dict[str, bool]
     daemon_after_kill: dict
     runtimes_after_kill: dict
-    recovered: Run
-    offline: Run
+    recovered: PlaybookRun
+    offline: PlaybookRun
 
 
 @pytest.fixture(scope="module")
@@ -242,13 +219,13 @@ def interrupted(
     ghost = write_inventory(
         directory / "ghost", host, {"container_runtime_docker_users": [JOB_USER, GHOST]}
     )
-    refused = playbook(ghost, host, *TAGS)
+    refused = provision(ghost, *TAGS)
     ghost_exists = host.exec(["getent", "passwd", GHOST]).returncode == 0
 
     inventory = write_inventory(directory / "plain", host)
     # A fresh host as a user may have it: without python3-apt (the test image ships it).
     host.exec(["dpkg", "--remove", "python3-apt"], check=True)
-    check = playbook(inventory, host, *TAGS, "--check", "--diff")
+    check = provision(inventory, *TAGS, "--check", "--diff")
     untouched = {
         "daemon.json": host.exec(["test", "-e", "/etc/docker/daemon.json"]).returncode == 0,
         "python3-apt": installed(host, "python3-apt"),
@@ -266,12 +243,12 @@ def interrupted(
     playbook_killed_at(inventory, AFTER_WIRING)
     daemon_after_kill = daemon_json(host)
     runtimes_after_kill = runtimes(host)
-    recovered = playbook(inventory, host, *TAGS)
+    recovered = provision(inventory, *TAGS)
     assert recovered.rc == 0, recovered.output[-4000:]
     with offline(host):
         # Really cut off: no route leaves the host (the apt mirror is unreachable).
         assert host.exec(["ip", "route", "show", "default"]).stdout.strip() == ""
-        cut_off = playbook(inventory, host, *TAGS)
+        cut_off = provision(inventory, *TAGS)
     print(
         f"\ninterrupted host: ghost refusal {refused.seconds:.0f} s, recovery"
         f" {recovered.seconds:.0f} s, offline re-converge {cut_off.seconds:.0f} s"
@@ -295,8 +272,8 @@ def test_a_docker_user_without_an_account_is_refused_before_any_change(
     refused = interrupted.refused
     assert refused.rc != 0 and refused.changed == 0, refused.output[-4000:]
     assert "Traceback" not in refused.output
-    assert f"container_runtime_docker_users names '{GHOST}'" in said(refused)
-    assert f"useradd --create-home {GHOST}" in said(refused)
+    assert f"container_runtime_docker_users names '{GHOST}'" in refused.text
+    assert f"useradd --create-home {GHOST}" in refused.text
     assert not interrupted.ghost_exists
 
 

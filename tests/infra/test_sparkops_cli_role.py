@@ -10,8 +10,6 @@ roles have their own tests in test_provision.py.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,15 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.test_provision import (
-    JOB_USER,
-    Run,
-    playbook,
-    put_fixture,
-    set_gpu_state,
-    write_inventory,
-)
-from tests.plugins.hosts import Host, offline, run_docker
+from tests.plugins.hosts import Host, offline, put_fixture, run_docker, set_gpu_state
+from tests.plugins.playbook import PlaybookRun, run_playbook
+from tests.plugins.provision import JOB_USER, provision, write_inventory
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -45,9 +37,9 @@ TAGS = ("--tags", "sparkops_cli")
 class Installed:
     host: Host
     inventory: Path
-    check: Run
-    first: Run
-    second: Run
+    check: PlaybookRun
+    first: PlaybookRun
+    second: PlaybookRun
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +71,13 @@ def installed(
             "sparkops_cli_source_dir": str(source),
         },
     )
-    check = playbook(inventory, host, "--check", "--diff", *TAGS)
+    check = provision(inventory, "--check", "--diff", *TAGS)
     assert check.rc == 0, check.output[-4000:]
     untouched = host.exec(f"ls -d {VENV} /usr/local/bin/sparkops 2>&1").stdout
     assert untouched.count("No such file") == 2, untouched
-    first = playbook(inventory, host, *TAGS)
+    first = provision(inventory, *TAGS)
     assert first.rc == 0, first.output[-4000:]
-    second = playbook(inventory, host, *TAGS)
+    second = provision(inventory, *TAGS)
     print(
         f"\nsparkops_cli amd64: check {check.seconds:.0f} s, first converge {first.seconds:.0f} s,"
         f" second converge {second.seconds:.0f} s"
@@ -128,7 +120,7 @@ def test_a_job_user_runs_the_installed_kit(installed: Installed) -> None:
 
 def test_a_converged_host_reconverges_offline(installed: Installed) -> None:
     with offline(installed.host):
-        again = playbook(installed.inventory, installed.host, *TAGS)
+        again = provision(installed.inventory, *TAGS)
     assert again.rc == 0, again.output[-4000:]
     assert (again.changed, again.failed) == (0, 0), again.output[-4000:]
 
@@ -137,26 +129,15 @@ def test_an_install_cut_short_is_redone(installed: Installed) -> None:
     host = installed.host
     host.exec(["rm", f"{VENV}/sparkops-wheel.sha1"], check=True)
     host.exec([f"{VENV}/bin/python", "-m", "pip", "uninstall", "-y", "-q", "sparkops"], check=True)
-    again = playbook(installed.inventory, host, *TAGS)
+    again = provision(installed.inventory, *TAGS)
     assert again.rc == 0, again.output[-4000:]
     assert again.changed >= 2
     assert host.exec([f"{VENV}/bin/sparkops", "--help"]).returncode == 0
 
 
-def run_batch_playbook(installed: Installed, extra: dict) -> subprocess.CompletedProcess[str]:
+def run_batch_playbook(installed: Installed, extra: dict) -> PlaybookRun:
     """ansible/playbooks/batch.yml against the test host, as a user runs it."""
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    command = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        "-i", str(installed.inventory),
-        str(REPO / "ansible" / "playbooks" / "batch.yml"),
-        "-e", json.dumps(extra),
-    ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    return run_playbook("batch.yml", installed.inventory, extra_vars=extra, timeout=600)
 
 
 def _main_pid(host: Host, unit: str) -> str:
@@ -191,7 +172,7 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
     unit = "sparkops-batch-probe.service"
     try:
         started = run_batch_playbook(installed, extra)
-        assert started.returncode == 0, started.stdout[-4000:] + started.stderr[-2000:]
+        assert started.rc == 0, started.stdout[-4000:] + started.stderr[-2000:]
         assert secret not in started.stdout + started.stderr
         pid = "0"
         deadline = time.monotonic() + 120
@@ -219,13 +200,13 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
         assert (out.user, out.mode) == (JOB_USER, 0o700)
         # A second run while the job runs leaves it alone.
         again = run_batch_playbook(installed, extra)
-        assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
+        assert again.rc == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
         assert _main_pid(host, unit) == pid
         # Stopped (SIGTERM: the client exits 143 and the unit is left failed), the same line
         # starts it again: the job resumes under its name.
         host.exec(["systemctl", "stop", unit])
         resumed = run_batch_playbook(installed, extra)
-        assert resumed.returncode == 0, resumed.stdout[-3000:]
+        assert resumed.rc == 0, resumed.stdout[-3000:]
         new_pid = "0"
         deadline = time.monotonic() + 120
         while new_pid in ("0", pid) and time.monotonic() < deadline:
@@ -244,8 +225,8 @@ def test_batch_yml_refuses_root_and_a_missing_job_user(installed: Installed) -> 
         "sparkops_batch_out": "/o",
     }
     root = run_batch_playbook(installed, {**base, "sparkops_batch_user": "root"})
-    assert root.returncode != 0 and "never root" in root.stdout
+    assert root.rc != 0 and "never root" in root.stdout
     ghost = run_batch_playbook(installed, {**base, "sparkops_batch_user": "nobody-here"})
-    assert ghost.returncode != 0 and "'nobody-here' does not exist" in ghost.stdout
+    assert ghost.rc != 0 and "'nobody-here' does not exist" in ghost.stdout
     unreadable = run_batch_playbook(installed, base)
-    assert unreadable.returncode != 0 and f"{JOB_USER} cannot read it" in unreadable.stdout
+    assert unreadable.rc != 0 and f"{JOB_USER} cannot read it" in unreadable.stdout

@@ -4,7 +4,6 @@ filter runs under real ansible-playbook and its output is compared with the CLI'
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +12,8 @@ import yaml
 
 from sparkops.render import render_inventory
 from sparkops.render.templates import CLI_HEADER
-from tests.unit.test_render import make_inventory
+from tests.plugins.inventories import make_inventory
+from tests.plugins.playbook import run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -55,20 +55,17 @@ def test_ansible_filter_writes_what_sparkops_render_writes(tmp_path, topology):
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     env = {
-        **os.environ,
         "ANSIBLE_FILTER_PLUGINS": str(REPO / "ansible" / "plugins" / "filter"),
         "LITELLM_MASTER_KEY": key,
     }
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("ansible-playbook")),
-            "-i", str(inventory / "hosts.yml"), str(tmp_path / "play.yml"),
-            "-e", f"out={ansible_out}", "-e", f"header={HEADER!r}",
-            "-e", f"litellm_router_master_key={key}",
-        ],
-        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
+    result = run_playbook(
+        tmp_path / "play.yml",
+        inventory / "hosts.yml",
+        "-e", f"out={ansible_out}", "-e", f"header={HEADER!r}",
+        "-e", f"litellm_router_master_key={key}",
+        env=env, cwd=tmp_path, timeout=300,
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.rc == 0, result.stdout[-3000:] + result.stderr[-3000:]
     os.environ["LITELLM_MASTER_KEY"] = key
     try:
         rendered = render_inventory(inventory, cli_out)

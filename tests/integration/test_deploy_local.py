@@ -31,7 +31,7 @@ from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
 from sparkops.render.inventory import read_inventory
 from sparkops.render.stack import client_endpoints, plan_stack
-from tests.unit.test_render import make_inventory
+from tests.plugins.inventories import make_inventory
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import yaml
 from sparkops.errors import UserError
 from sparkops.profiles import available_profiles, load_profile
 from sparkops.render import render_inventory
-from tests.unit.test_render import TOPOLOGIES, make_inventory
+from tests.plugins.inventories import TOPOLOGIES, make_inventory
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from sparkops.local.model import ensure_tiny_model
 from sparkops.local.paths import vllm_python
 from sparkops.render.inventory import read_inventory
 from sparkops.render.stack import plan_stack
-from tests.unit.test_render import make_inventory
+from tests.plugins.inventories import make_inventory
 
 pytestmark = pytest.mark.integration
 

@@ -24,6 +24,8 @@ import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "testbed"
 DOCKER_CE_STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "docker-ce-standin.sh"
+GPU_TOOLS = Path(__file__).resolve().parents[1] / "fixtures" / "bin"
+GPU_STATES = ("idle", "load", "stuck")
 REPOSITORY = "sparkops/testhost"
 SUITE = "bookworm"
 ARCHES = ("amd64", "arm64")
@@ -215,6 +217,23 @@ def docker_ce_standin(host: Host, action: str) -> None:
     result = host.exec(["sh", "/usr/local/sbin/docker-ce-standin", action])
     if result.returncode:
         raise RuntimeError(f"docker-ce-standin {action} failed in {host.name}: {result.stderr}")
+
+
+def put_fixture(host: Host, name: str) -> None:
+    """Install one GPU tool stand-in of tests/fixtures/bin (nvidia-smi, nvidia-ctk) on the
+    host's PATH: the test hosts have no GB10, the roles read its tools all the same."""
+    run_docker("cp", str(GPU_TOOLS / name), f"{host.id}:/usr/local/bin/{name}")
+
+
+def set_gpu_state(host: Host, state: str) -> None:
+    """Choose what the nvidia-smi fixture reports: ``idle``, ``load`` or ``stuck`` (the seed's
+    low-power state)."""
+    if state not in GPU_STATES:
+        raise ValueError(f"state must be one of {GPU_STATES}, got {state!r}")
+    host.exec(
+        f"mkdir -p /etc/sparkops-fixture && echo {state} > /etc/sparkops-fixture/gpu-state",
+        check=True,
+    )
 
 
 @contextmanager

@@ -7,30 +7,16 @@ inventory must pass, and each broken one must fail with a message naming the hos
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.plugins.playbook import finish, start_playbook
+
 REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = REPO / "ansible" / "playbooks" / "validate_inventory.yml"
+PLAYBOOK = "validate_inventory.yml"
 EXAMPLES = ["single", "wsl2", "pair-dp", "pair-pp", "quad-dp", "local"]
-
-
-def start(inventory: Path) -> subprocess.Popen[str]:
-    """Start the inventory check the way provision.yml runs it, first and alone."""
-    venv_bin = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    command = [str(venv_bin / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK)]
-    return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
 
 
 def pair(hosts: dict, topology: str = "pair-dp") -> dict:
@@ -127,15 +113,16 @@ BAD = {
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str]]:
-    """Every example and broken inventory checked at once (ansible start-up dominates)."""
+    """Every example and broken inventory checked at once (ansible start-up dominates), each
+    the way provision.yml runs the check: first and alone."""
     base = tmp_path_factory.mktemp("inventories")
-    runs = {name: start(REPO / "inventory" / name) for name in EXAMPLES}
+    runs = {name: start_playbook(PLAYBOOK, REPO / "inventory" / name) for name in EXAMPLES}
     for case, (inventory, _) in BAD.items():
         path = base / (case.replace(" ", "-") + ".yml")
         path.write_text(yaml.safe_dump(inventory))
-        runs[case] = start(path)
-    outputs = {name: run.communicate(timeout=900)[0] for name, run in runs.items()}
-    return {name: (runs[name].returncode, output) for name, output in outputs.items()}
+        runs[case] = start_playbook(PLAYBOOK, path)
+    finished = {name: finish(run, timeout=900) for name, run in runs.items()}
+    return {name: (run.rc, run.output) for name, run in finished.items()}
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

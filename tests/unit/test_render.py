@@ -1,7 +1,7 @@
 """`sparkops render`: inventory + profile -> each host's files, through templates/.
 
-`make_inventory` builds the example topologies in a temporary folder; the integration tests
-reuse it to render the stacks they run for real.
+`make_inventory` (tests/plugins/inventories.py) builds the example topologies in a temporary
+folder; the integration tests use it too, to render the stacks they run for real.
 """
 
 from __future__ import annotations
@@ -17,55 +17,7 @@ from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
 from sparkops.render.inventory import read_inventory
 from sparkops.render.stack import client_endpoints, plan_stack, required_images
-
-TOPOLOGIES = {
-    "single": ({"spark-1": "10.0.0.11"}, {"vllm_serving_topology": "single"}),
-    "data-parallel": (
-        {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
-        {
-            "vllm_serving_topology": "data-parallel",
-            "vllm_serving_bind_address": "{{ ansible_host }}",
-        },
-    ),
-    # Data parallel over any number of Sparks: four here (inventory/quad-dp/).
-    "data-parallel-4": (
-        {f"spark-{i}": f"10.0.0.1{i}" for i in range(1, 5)},
-        {
-            "vllm_serving_topology": "data-parallel",
-            "vllm_serving_bind_address": "{{ ansible_host }}",
-        },
-    ),
-    "pipeline-ray": (
-        {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
-        {"vllm_serving_topology": "pipeline-parallel", "ray_cluster_address": "{{ qsfp_address }}"},
-    ),
-    "pipeline-mp": (
-        {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
-        {
-            "vllm_serving_topology": "pipeline-parallel",
-            "ray_cluster_backend": "mp",
-            "ray_cluster_address": "{{ qsfp_address }}",
-        },
-    ),
-}
-
-
-def make_inventory(root: Path, topology: str, **extra_vars) -> Path:
-    """Write a hosts.yml + group_vars/all/serving.yml inventory for one example topology."""
-    hosts, group_vars = TOPOLOGIES[topology]
-    root.mkdir(parents=True, exist_ok=True)
-    host_entries = {
-        name: {"ansible_host": address, "qsfp_address": address.replace("10.0.0.", "192.168.177.")}
-        for name, address in hosts.items()
-    }
-    (root / "hosts.yml").write_text(
-        yaml.safe_dump({"all": {"children": {"sparks": {"hosts": host_entries}}}})
-    )
-    (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
-    (root / "group_vars" / "all" / "serving.yml").write_text(
-        yaml.safe_dump({**group_vars, **extra_vars})
-    )
-    return root
+from tests.plugins.inventories import make_inventory
 
 
 def _compose(out: Path, host: str) -> dict:

@@ -1,0 +1,62 @@
+"""Example serving inventories in a temporary folder: one per topology the templates know.
+
+The render unit tests and the integration tests that run a rendered stack for real (deploy,
+Ansible's filter seam, pipeline parallel over Ray) build their inventories here, so an example
+topology is spelt once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+# topology -> (host name -> ansible_host, group_vars/all/serving.yml)
+TOPOLOGIES = {
+    "single": ({"spark-1": "10.0.0.11"}, {"vllm_serving_topology": "single"}),
+    "data-parallel": (
+        {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
+        {
+            "vllm_serving_topology": "data-parallel",
+            "vllm_serving_bind_address": "{{ ansible_host }}",
+        },
+    ),
+    # Data parallel over any number of Sparks: four here (inventory/quad-dp/).
+    "data-parallel-4": (
+        {f"spark-{i}": f"10.0.0.1{i}" for i in range(1, 5)},
+        {
+            "vllm_serving_topology": "data-parallel",
+            "vllm_serving_bind_address": "{{ ansible_host }}",
+        },
+    ),
+    "pipeline-ray": (
+        {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
+        {"vllm_serving_topology": "pipeline-parallel", "ray_cluster_address": "{{ qsfp_address }}"},
+    ),
+    "pipeline-mp": (
+        {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
+        {
+            "vllm_serving_topology": "pipeline-parallel",
+            "ray_cluster_backend": "mp",
+            "ray_cluster_address": "{{ qsfp_address }}",
+        },
+    ),
+}
+
+
+def make_inventory(root: Path, topology: str, **extra_vars) -> Path:
+    """Write a hosts.yml + group_vars/all/serving.yml inventory for one example topology."""
+    hosts, group_vars = TOPOLOGIES[topology]
+    root.mkdir(parents=True, exist_ok=True)
+    host_entries = {
+        name: {"ansible_host": address, "qsfp_address": address.replace("10.0.0.", "192.168.177.")}
+        for name, address in hosts.items()
+    }
+    (root / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"children": {"sparks": {"hosts": host_entries}}}})
+    )
+    (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (root / "group_vars" / "all" / "serving.yml").write_text(
+        yaml.safe_dump({**group_vars, **extra_vars})
+    )
+    return root

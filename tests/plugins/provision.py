@@ -1,0 +1,52 @@
+"""provision.yml against one systemd test host: the inventory and the run the infra tests share.
+
+test_provision.py, test_provision_arm64.py, test_provision_runtime.py, test_provision_pair.py
+and test_sparkops_cli_role.py each converge a different part of provision.yml, on a host in an
+inventory shaped like inventory/single/ with the settings a Debian test host needs
+(`TEST_VARS`); everything else is the roles' defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.plugins.hosts import Host, inventory
+from tests.plugins.playbook import PlaybookRun, run_playbook
+
+JOB_USER = "researcher"
+# The kit names no package host; a user sets NVIDIA's URLs. Check mode only renders them.
+NVIDIA_REPO = "https://nvidia-repo.invalid/stable/deb"
+
+# Deliberate limits of a test host: Debian 12 has no compose v2 package, so
+# container_runtime_compose_required is false; x86_64 is not a Spark, so
+# spark_preflight_arch_mismatch is warn; the disk is a container's.
+TEST_VARS: dict[str, Any] = {
+    "sparkops_topology": "single",
+    "spark_preflight_arch_mismatch": "warn",
+    "spark_preflight_min_disk_gb": 1,
+    "container_runtime_compose_required": False,
+    "container_runtime_docker_users": [JOB_USER],
+    "host_tuning_job_users": [JOB_USER],
+    "host_tuning_earlyoom_enabled": True,
+    "container_runtime_nvidia_repo_url": NVIDIA_REPO,
+    "container_runtime_nvidia_repo_key_url": "https://nvidia-repo.invalid/gpgkey",
+}
+
+
+def write_inventory(directory: Path, host: Host, extra: dict[str, Any] | None = None) -> Path:
+    """An inventory in the shape of inventory/single/, pointing at the test host; ``extra``
+    overrides `TEST_VARS`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "hosts.yml").write_text(yaml.safe_dump(inventory([host], group="sparks")))
+    group_vars = directory / "group_vars" / "all"
+    group_vars.mkdir(parents=True, exist_ok=True)
+    (group_vars / "test.yml").write_text(yaml.safe_dump({**TEST_VARS, **(extra or {})}))
+    return directory
+
+
+def provision(inventory_dir: Path, *args: str, timeout: float = 1200) -> PlaybookRun:
+    """Run provision.yml the way the README says (the kit's ansible.cfg), ``args`` appended."""
+    return run_playbook("provision.yml", inventory_dir, *args, timeout=timeout)
