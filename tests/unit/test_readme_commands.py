@@ -1,6 +1,7 @@
-"""Every command the README shows exists: each `sparkops …` line in its shell blocks parses with
-the real argument parser, every `make` target is in the Makefile, and every playbook, Dockerfile
-folder and example inventory it names is in the repository. A user copies these lines first."""
+"""Every command the README and docs/ show exists: each `sparkops …` line in their shell blocks
+parses with the real argument parser, every `make` target is in the Makefile, and every playbook,
+Dockerfile folder and example inventory they name is in the repository. A user copies these
+lines first, so a renamed option or playbook must break this test, not the user's first day."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sparkops.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
+DOCS = [README, *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(sh|bash|console|shell)\s*$(.*?)^```\s*$", re.M | re.S)
 OPTIONAL = re.compile(r"\s\[[^\[\]]*\]")  # `[--flag VALUE]`: the README's optional parts
 SEPARATORS = {"&&", "||", ";", "|"}
@@ -53,6 +55,11 @@ def sparkops_invocations(command: list[str]) -> list[list[str]]:
     return found
 
 
+def doc_shell_lines() -> list[tuple[str, str]]:
+    """(document name, command line) for every shell line of the README and docs/*.md."""
+    return [(doc.name, line) for doc in DOCS for line in shell_lines(doc.read_text())]
+
+
 def readme_sparkops_lines() -> list[tuple[str, list[str]]]:
     return [
         (line, argv)
@@ -60,6 +67,23 @@ def readme_sparkops_lines() -> list[tuple[str, list[str]]]:
         for command in commands(line)
         for argv in sparkops_invocations(command)
     ]
+
+
+def docs_sparkops_lines() -> list[tuple[str, str, list[str]]]:
+    return [
+        (name, line, argv)
+        for name, line in doc_shell_lines()
+        for command in commands(line)
+        for argv in sparkops_invocations(command)
+    ]
+
+
+def test_the_docs_exist_and_show_commands() -> None:
+    """The manual the README links to is there, and the check reaches into it."""
+    names = {doc.name for doc in DOCS}
+    for wanted in ("provision.md", "deploy.md", "batch.md", "planning.md", "development.md"):
+        assert wanted in names, wanted
+    assert {name for name, _line, _argv in docs_sparkops_lines()} >= {"README.md", "batch.md"}
 
 
 def test_the_readme_shows_the_spark_owners_whole_path() -> None:
@@ -72,13 +96,17 @@ def test_the_readme_shows_the_spark_owners_whole_path() -> None:
         assert f"ansible/playbooks/{playbook}" in text
 
 
-@pytest.mark.parametrize(("line", "argv"), readme_sparkops_lines(), ids=lambda v: str(v)[:60])
-def test_each_sparkops_line_parses_with_the_real_parser(line: str, argv: list[str]) -> None:
+@pytest.mark.parametrize(("doc", "line", "argv"), docs_sparkops_lines(), ids=lambda v: str(v)[:60])
+def test_each_sparkops_line_parses_with_the_real_parser(
+    doc: str, line: str, argv: list[str]
+) -> None:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
-        pytest.fail(f"`sparkops {shlex.join(argv)}` does not parse (exit {exc.code}): {line}")
+        pytest.fail(
+            f"{doc}: `sparkops {shlex.join(argv)}` does not parse (exit {exc.code}): {line}"
+        )
     assert callable(args.func)
 
 
@@ -86,11 +114,11 @@ def test_every_make_target_the_readme_names_exists() -> None:
     targets = set(re.findall(r"^([A-Za-z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
     used = {
         command[1]
-        for line in shell_lines(README.read_text())
+        for _doc, line in doc_shell_lines()
         for command in commands(line)
         if command[0] == "make" and len(command) > 1
     }
-    assert used, "the README shows no make command"
+    assert used, "the docs show no make command"
     assert used <= targets, used - targets
 
 
@@ -98,7 +126,7 @@ def test_every_repository_path_the_readme_runs_exists() -> None:
     """Playbooks, Dockerfile folders and example inventories named in shell blocks."""
     pattern = re.compile(r"(ansible/playbooks/[\w.-]+\.yml|docker/[\w-]+|inventory/[\w-]+)")
     named = set()
-    for line in shell_lines(README.read_text()):
+    for _doc, line in doc_shell_lines():
         for command in commands(line):
             for token in command:
                 named |= {m.group(1) for m in pattern.finditer(token)}
