@@ -14,7 +14,8 @@ Fixtures
 
 Endpoints served
 ----------------
-`GET /health`, `GET /v1/models`, `GET /metrics` (vLLM-shaped counters through
+`GET /health`, `GET /version` ({"version": server.version}), `GET /v1/models` (the model
+with its `max_model_len` and `root`), `GET /metrics` (vLLM-shaped counters through
 prometheus_client: `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`,
 `vllm:prefix_cache_queries_total`, `vllm:prefix_cache_hits_total`,
 `vllm:num_preemptions_total`, gauges `vllm:num_requests_running`,
@@ -50,6 +51,10 @@ whatever their key, get `action` (before per-key scripts). `server.override("/to
 hang())` - a fixed action for a non-completion path (`/health`, `/v1/models`, `/tokenize`,
 `/metrics`); `override(path, None)` removes it. `server.content = "yes"` or a callable
 `(key, body) -> str` sets what `ok()` answers.
+
+`server.set_identity(model=..., max_model_len=..., version=..., block_size=...)` - what the
+server says it serves (`/v1/models`, `/version`, `vllm:cache_config_info`) changes at once, as
+if it had been restarted with other flags (completions keep answering).
 
 `server.stall()` - the engine "hangs": completions never answer and the /metrics counters stop
 moving, while /health still answers 200 (vLLM's behaviour); `server.unstall()` resumes (hung
@@ -212,8 +217,8 @@ class _Metrics:
         self.running = Gauge("vllm:num_requests_running", "running", labels, registry=self.registry)
         self.waiting = Gauge("vllm:num_requests_waiting", "waiting", labels, registry=self.registry)
         self.kv = Gauge("vllm:kv_cache_usage_perc", "kv", labels, registry=self.registry)
-        info = Info("vllm:cache_config", "cache config", registry=self.registry)
-        info.info({"block_size": "16", "enable_prefix_caching": "True"})
+        self.cache = Info("vllm:cache_config", "cache config", registry=self.registry)
+        self.set_cache(16)
         for metric in (
             self.prompt,
             self.generation,
@@ -225,6 +230,17 @@ class _Metrics:
             self.kv,
         ):
             metric.labels(*self.values)
+
+    def set_cache(self, block_size: int) -> None:
+        self.cache.info(
+            {
+                "block_size": str(block_size),
+                "cache_dtype": "auto",
+                "enable_prefix_caching": "True",
+                "num_gpu_blocks": "1024",
+                "prefix_caching_hash_algo": "sha256",
+            }
+        )
 
     def count(self, prompt_tokens: int, completion_tokens: int) -> None:
         self.prompt.labels(*self.values).inc(prompt_tokens)
@@ -242,6 +258,8 @@ class FaultServer:
 
     def __init__(self, model: str = "tiny", port: int | None = None) -> None:
         self.model = model
+        self.max_model_len = 4096
+        self.version = "0.0.0+fault"
         self.port = port or free_port()
         self.content: str | Callable[[str, dict[str, Any]], str] = "no"
         self.default: Action = ok()
@@ -288,6 +306,23 @@ class FaultServer:
                 self._overrides.pop(path, None)
             else:
                 self._overrides[path] = action
+
+    def set_identity(
+        self,
+        model: str | None = None,
+        max_model_len: int | None = None,
+        version: str | None = None,
+        block_size: int | None = None,
+    ) -> None:
+        with self._lock:
+            if model is not None:
+                self.model = model
+            if max_model_len is not None:
+                self.max_model_len = max_model_len
+            if version is not None:
+                self.version = version
+            if block_size is not None:
+                self._metrics.set_cache(block_size)
 
     def stall(self) -> None:
         self._stalled = True
@@ -340,6 +375,7 @@ class FaultServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/version", self._version)
         app.router.add_get("/metrics", self._metrics_page)
         app.router.add_post("/tokenize", self._tokenize)
         for path in COMPLETION_PATHS:
@@ -378,10 +414,20 @@ class FaultServer:
             {
                 "object": "list",
                 "data": [
-                    {"id": self.model, "object": "model", "owned_by": "vllm", "max_model_len": 4096}
+                    {
+                        "id": self.model,
+                        "object": "model",
+                        "owned_by": "vllm",
+                        "root": self.model,
+                        "max_model_len": self.max_model_len,
+                    }
                 ],
             }
         )
+
+    async def _version(self, request: web.Request) -> web.StreamResponse:
+        fixed = await self._fixed(request)
+        return fixed or web.json_response({"version": self.version})
 
     async def _metrics_page(self, request: web.Request) -> web.StreamResponse:
         fixed = await self._fixed(request)

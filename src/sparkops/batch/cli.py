@@ -21,7 +21,8 @@ exit status:
   0    every record done
   3    finished, some records are errors (the summary names the commonest cause)
   1    stopped part-way (fail-fast, no endpoint answered for --retry-for, every
-       endpoint stalled, disk full): fix the cause, run the same command to resume
+       endpoint stalled, --strict-serving saw the server change, disk full): fix the
+       cause, run the same command to resume
   2    usage or configuration error, before any request
   130  interrupted (SIGINT), 143 (SIGTERM): in-flight calls cancelled, finished
        records kept; run the same command to resume"""
@@ -103,6 +104,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(resumable, exit 1). Default: the longest of 120 s, 4 sample intervals and 3 times "
         "the slowest answer so far; 0 turns this off",
     )
+    run.add_argument(
+        "--strict-serving",
+        action="store_true",
+        help="stop (resumable, exit 1) when an endpoint's vLLM version, model, max length or "
+        "cache configuration changes during the job (without it the change is recorded in "
+        "DIR/serving.jsonl, shown and reported, and the job goes on)",
+    )
+    run.add_argument(
+        "--stack-record",
+        type=Path,
+        metavar="FILE",
+        help="the deploy's stack-record.json (next to compose.yml) to keep in the job's "
+        "serving record: profile, image, rendered command and environment (no secrets)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
     run.set_defaults(func=_run)
 
@@ -158,6 +173,8 @@ def _run_job(args: argparse.Namespace) -> int:
             max_wait=args.schedule_max_wait,
             fail_fast=args.fail_fast,
             stall_after=args.stall_after,
+            strict_serving=args.strict_serving,
+            stack_record=args.stack_record,
         )
     )
     rpm = f"{summary.records_per_min:,.0f}" if summary.records_per_min else "-"

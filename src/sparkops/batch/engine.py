@@ -156,6 +156,9 @@ class Engine:
             self._headers["Authorization"] = f"Bearer {cfg.api_key}"
         self._conns = ConnectionRecycler(self._headers, cfg.recycle_every)
         self._pacer = ConnectPacer(cfg.connect_gap)
+        # The job's serving epoch (batch/serving.py): 0 as the job found its endpoints, +1 at
+        # every identity change; each finished record carries it, the boundary in the results.
+        self.serving = 0
 
     # ---- dispatcher -------------------------------------------------------------------
     async def run(self, items: Iterator[Record | InputProblem]) -> Stats:
@@ -419,6 +422,7 @@ class Engine:
                 "t0": round(state.started, 3),
                 "t": round(time.time(), 3),
                 "run": self.cfg.run,
+                "serving": self.serving,
             }
         )
         self.stats.done += 1
@@ -442,6 +446,7 @@ class Engine:
                 "t0": None if started is None else round(started, 3),
                 "t": round(time.time(), 3),
                 "run": self.cfg.run,
+                "serving": self.serving,
             }
         )
         self.stats.errors += 1
@@ -459,11 +464,11 @@ class Engine:
             )
         )
         assert self._meta is not None
-        self._meta.append(
-            openai_batch.meta_line(
-                rid, line, ok, result.body, self.cfg.run, state.started, time.time()
-            )
+        meta = openai_batch.meta_line(
+            rid, line, ok, result.body, self.cfg.run, state.started, time.time()
         )
+        meta["serving"] = self.serving
+        self._meta.append(meta)
         if ok:
             self.stats.done += 1
         else:

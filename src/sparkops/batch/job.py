@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from sparkops.batch import openai_batch, stall, vllm_api
+from sparkops.batch import openai_batch, serving, serving_record, stall, vllm_api
 from sparkops.batch.connections import CONNECT_GAP_S, RECYCLE_EVERY
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
@@ -82,6 +82,10 @@ class JobConfig:
     # requests per kept-alive connection before it is recycled (batch/connections.py)
     recycle_every: int = RECYCLE_EVERY
     connect_gap: float = CONNECT_GAP_S
+    # stop (exit 1, resumable) when an endpoint's identity changes (batch/serving.py)
+    strict_serving: bool = False
+    # the deploy's stack-record.json (written next to compose.yml), for the serving record
+    stack_record: Path | None = None
 
 
 @dataclass
@@ -216,6 +220,7 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
 
 async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     spec, kind, api_key = _validate(cfg)
+    stack = serving.read_stack_record(cfg.stack_record) if cfg.stack_record else None
     scan = scan_input(cfg.input, kind, cfg.id_field)
     if scan.duplicates:
         shown = ", ".join(f"{rid!r} (line {line})" for rid, line in scan.duplicates[:5])
@@ -247,6 +252,11 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         journal.open()
         already = len(journal.done)
         run = 1 + sum(1 for r in iter_results(cfg.out / RUNS) if r.get("event") == "start")
+        try:
+            served = await _record_serving(side, pool, headers, cfg, run, manifest, stack, journal)
+        except BaseException:
+            journal.close()
+            raise
         append_json(
             cfg.out / RUNS,
             {
@@ -278,9 +288,11 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             default_model,
         )
         signals.engine = engine
+        engine.serving = served.epoch
         t0 = time.monotonic()
         live = LiveHitRate()
         view = ProgressView(engine.stats, scan.total, already, enabled=cfg.progress, pool=pool)
+        drift = _Drift(served, engine, view, journal, run, cfg.strict_serving)
 
         def on_stall_change(change: Change) -> None:  # job log + progress line (batch/stall.py)
             append_json(cfg.out / RUNS, stall.log_event(change, run, time.time()))
@@ -288,7 +300,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
 
         pool.on_change = on_stall_change
         sampler = asyncio.create_task(
-            _sample_loop(side, pool, headers, cfg, run, engine.stats, view, live)
+            _sample_loop(side, pool, headers, cfg, run, engine.stats, view, live, drift)
         )
         try:
             with view:
@@ -299,7 +311,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                 await sampler
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
-                    _sample_once(side, pool, headers, cfg, run, engine.stats, live),
+                    _sample_once(side, pool, headers, cfg, run, engine.stats, live, drift),
                     FINAL_SAMPLE_S,
                 )
             journal.close()
@@ -438,10 +450,83 @@ async def _preflight(
     return default_model, {"block_size": bs, "steps": {}, "note": note}
 
 
+async def _record_serving(
+    side: aiohttp.ClientSession,
+    pool: EndpointPool,
+    headers: dict[str, str],
+    cfg: JobConfig,
+    run: int,
+    manifest: Manifest,
+    stack: dict[str, Any] | None,
+    journal: Journal,
+) -> serving.ServingLog:
+    """The run's start line in serving.jsonl: what serves the job now, against what served
+    it before (a resumed job); --strict-serving refuses a changed setup before any request."""
+    log = serving.ServingLog.load(cfg.out)
+    gpu = asyncio.create_task(asyncio.to_thread(serving.gpu_state, cfg.endpoints))
+    found: dict[str, serving_record.Identity | None] = {}
+    problems: dict[str, str] = {}
+    for ep in pool.endpoints:
+        try:
+            found[ep.base] = await serving.probe(side, ep.base, ep.metrics_url, headers)
+        except vllm_api.NoAnswer as err:
+            found[ep.base], problems[ep.base] = None, str(err)
+    if cfg.strict_serving and (off := log.off_baseline(found)):
+        gpu.cancel()
+        base, changes = next(iter(off.items()))
+        raise JobStopped(serving.strict_message(base, changes, during=False))
+    context = serving.job_context(
+        manifest.pipeline_fingerprint, manifest.input_fingerprint, await gpu, stack
+    )
+    done = journal.done_ok + journal.done_err
+    for base, changes in log.write_start(run, found, problems, context, done).items():
+        print(
+            f"sparkops: warning: {serving.change_sentence(base, changes, log.epoch)}",
+            file=sys.stderr,
+        )
+    return log
+
+
+@dataclass
+class _Drift:
+    """Re-checks each endpoint's identity on the metrics samples (batch/serving.py)."""
+
+    log: serving.ServingLog
+    engine: Engine
+    view: ProgressView
+    journal: Journal
+    run: int
+    strict: bool
+
+    async def check(self, side, ep, headers: dict[str, str], metrics_text: str | None) -> None:
+        try:
+            ident = await serving.probe(side, ep.base, ep.metrics_url, headers, metrics_text)
+        except vllm_api.NoAnswer:
+            return  # down or slow this time: the next sample (or its recovery) checks again
+        done = self.journal.done_ok + self.journal.done_err
+        changes = self.log.observe(self.run, ep.base, ident, done)
+        if not changes:
+            return
+        self.engine.serving = self.log.epoch
+        self.view.say(serving.change_sentence(ep.base, changes, self.log.epoch))
+        if self.strict:
+            self.engine.stop(
+                Stop("serving-changed", serving.strict_message(ep.base, changes, during=True))
+            )
+
+
 async def _sample_once(
-    side, pool, headers, cfg: JobConfig, run: int, stats: Stats, live: LiveHitRate
+    side,
+    pool,
+    headers,
+    cfg: JobConfig,
+    run: int,
+    stats: Stats,
+    live: LiveHitRate,
+    drift: _Drift | None = None,
 ) -> None:
-    """One /metrics sample of every backend, appended to timeline.jsonl."""
+    """One /metrics sample of every backend, appended to timeline.jsonl; then each
+    endpoint's identity is checked against the serving record (drift)."""
     now = time.time()
     for ep in pool.endpoints:
         text = await vllm_api.get_text(side, ep.metrics_url, headers)
@@ -459,6 +544,8 @@ async def _sample_once(
         )
         live.add(ep.base, values)
         pool.observe(ep, values, time.monotonic())  # the stall watch: do its counters move?
+        if drift is not None:
+            await drift.check(side, ep, headers, text if values else None)
     stats.hit_rate = live.rate
 
 
@@ -481,13 +568,14 @@ async def _sample_loop(
     stats: Stats,
     view: ProgressView,
     live: LiveHitRate,
+    drift: _Drift | None = None,
 ) -> None:
     """Sample on a clock (constant memory: samples go to disk, the hit rate is a running sum)."""
     last = 0.0
     while True:
         if time.time() - last >= cfg.sample_interval:
             last = time.time()
-            await _sample_once(side, pool, headers, cfg, run, stats, live)
+            await _sample_once(side, pool, headers, cfg, run, stats, live, drift)
         view.update()
         await asyncio.sleep(0.5)
 

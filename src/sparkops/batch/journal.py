@@ -41,6 +41,7 @@ _JOB_FILES = (
     RUNS,
     TIMELINE,
     openai_batch.META,
+    "serving.jsonl",  # batch/serving.py: what served the job
     "report.json",
     "report.md",
     "throughput.png",

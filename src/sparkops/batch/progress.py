@@ -30,6 +30,7 @@ class ProgressView:
         self.pool = pool
         self.console = Console(stderr=True)
         self._t0 = time.monotonic()
+        self.drift = ""  # set once an endpoint changed what it serves (say())
         self._progress = Progress(
             TextColumn("[bold]batch"),
             BarColumn(),
@@ -78,8 +79,25 @@ class ProgressView:
             hit=hit,
             inflight=s.in_flight,
             errors=s.errors,
-            stalled=stalled_text(self.pool.stalled_names()) if self.pool else "",
+            stalled=" ".join(
+                t
+                for t in (stalled_text(self.pool.stalled_names()) if self.pool else "", self.drift)
+                if t
+            ),
         )
+
+    def say(self, text: str) -> None:
+        """One line above the bar (or, with the bar off, a warning on stderr): for events a
+        user must see even without the live display, such as a change of what serves the job.
+        """
+        if self._progress.disable:
+            self.console.print(
+                f"sparkops: warning: {text}", soft_wrap=True, highlight=False, markup=False
+            )
+        else:
+            self._progress.console.print(text, soft_wrap=True, highlight=False, markup=False)
+        self.drift = "serving changed (serving.jsonl)"
+        self.update()
 
     def note(self, change: Change) -> None:
         """One line above the bar when an endpoint stalls or rejoins (the bar keeps a

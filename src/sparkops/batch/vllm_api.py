@@ -1,4 +1,5 @@
-"""What the client asks a vLLM server besides completions: /metrics, /tokenize, /v1/models.
+"""What the client asks a vLLM server besides completions: /metrics, /tokenize, /v1/models
+and /version.
 
 Thin I/O edge; the parsing of the Prometheus text is `sparkops.metrics.scrape`'s job.
 """
@@ -43,6 +44,28 @@ async def get_text(session: aiohttp.ClientSession, url: str, headers: dict[str, 
 
 class AnswerError(ValueError):
     """A server answered, but not as vLLM / an OpenAI-compatible server does."""
+
+
+class NoAnswer(Exception):
+    """No usable answer this time (refused, timed out, 5xx): try again later, assume nothing."""
+
+
+async def get_raw(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str]
+) -> tuple[int, str]:
+    """Status and text of a GET; NoAnswer when the server did not answer or failed (5xx).
+
+    A 4xx is an answer ("this server has no such page": LiteLLM has no /version), which the
+    serving record keeps apart from a server that is down, so an outage never reads as drift.
+    """
+    try:
+        async with session.get(url, headers=headers) as resp:
+            text = await resp.text()
+            if resp.status >= 500:
+                raise NoAnswer(f"HTTP {resp.status}")
+            return resp.status, text
+    except (aiohttp.ClientError, OSError, TimeoutError, UnicodeDecodeError) as err:
+        raise NoAnswer(type(err).__name__) from None
 
 
 async def tokenize(

@@ -1,0 +1,322 @@
+"""The job's serving record (I/O edge): what served it, in DIR/serving.jsonl (0600).
+
+Lines, append-only, each with `t`, `run`, `serving` (the job's serving epoch: 0 as the job
+first found its endpoints, +1 at every change) and `results_from` (how many results lines
+were written before it, the boundary in results.jsonl; every pipeline results line and
+OpenAI meta line also carries its `serving` epoch):
+
+- `{"event": "start", ...}` once per run: the kit's version, the pipeline and input
+  fingerprints, the GPU state (`sparkops-gpu-check --json`, when it runs on this machine,
+  else {"unavailable": why}), the stack's own record (`--stack-record`, written by the
+  deploy next to the compose file), and per endpoint its identity (see serving_record) or
+  {"unreachable": why}; `changes` per endpoint when a resumed job finds another setup.
+- `{"event": "change", "endpoint": ..., "identity": ..., "changes": [...]}` whenever an
+  endpoint's identity changes during a run (re-checked on every metrics sample, so also
+  right after an endpoint comes back from an outage).
+
+Server facts only: no record text, no ids, and the stack record loses every variable whose
+name says secret (token, key, password) before it is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from sparkops import __version__
+from sparkops.batch import serving_record, vllm_api
+from sparkops.batch.journal import append_json, iter_results
+from sparkops.batch.serving_record import Change, Identity
+from sparkops.errors import UserError
+
+SERVING = "serving.jsonl"
+# One identity probe (three small GETs) is bounded: a slow server is "no answer this time".
+PROBE_TIMEOUT_S = 10.0
+GPU_CHECK = "sparkops-gpu-check"
+GPU_CHECK_ARGS = ("--json", "--samples", "2", "--interval", "0.5")
+GPU_CHECK_TIMEOUT_S = 20.0
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+async def probe(
+    session: aiohttp.ClientSession,
+    base: str,
+    metrics_url: str,
+    headers: dict[str, str],
+    metrics_text: str | None = None,
+) -> Identity:
+    """An endpoint's identity now; NoAnswer when it cannot be read this time (down, slow,
+    a 5xx, an answer of the wrong shape): the caller keeps the last one, never guesses."""
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            status, text = await vllm_api.get_raw(session, base + "/version", headers)
+            version = _json_or_none(text) if status == 200 else None
+            status, text = await vllm_api.get_raw(session, base + "/v1/models", headers)
+            if status != 200:
+                raise vllm_api.NoAnswer(f"/v1/models HTTP {status}")
+            models = _json_or_none(text)
+            if metrics_text is None:
+                status, text = await vllm_api.get_raw(session, metrics_url, headers)
+                metrics_text = text if status == 200 else None
+    except TimeoutError:
+        raise vllm_api.NoAnswer(f"no answer within {PROBE_TIMEOUT_S:g} s") from None
+    try:
+        cache = serving_record.cache_config(metrics_text) if metrics_text else None
+        return serving_record.build_identity(version, models, cache)
+    except ValueError as err:
+        raise vllm_api.NoAnswer(str(err)) from None
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def gpu_state(endpoints: list[str]) -> dict[str, Any]:
+    """`sparkops-gpu-check --json` of this machine, when an endpoint runs here; never fails.
+
+    The GPU serving a remote endpoint is not this machine's: that is recorded as
+    unavailable rather than describing the wrong GPU.
+    """
+    hosts = {_host(url) for url in endpoints}
+    if not hosts & _LOCAL_HOSTS:
+        return {"unavailable": "the endpoints are not on this machine"}
+    tool = _gpu_check_path()
+    if tool is None:
+        return {"unavailable": f"{GPU_CHECK} is not installed here"}
+    try:
+        done = subprocess.run(
+            [tool, *GPU_CHECK_ARGS],
+            capture_output=True,
+            text=True,
+            timeout=GPU_CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"unavailable": f"{GPU_CHECK} took longer than {GPU_CHECK_TIMEOUT_S:g} s"}
+    except OSError as err:
+        return {"unavailable": f"{GPU_CHECK} could not run ({type(err).__name__})"}
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"unavailable": f"{GPU_CHECK} printed no JSON (exit {done.returncode})"}
+    return result if isinstance(result, dict) else {"unavailable": f"{GPU_CHECK}: not an object"}
+
+
+def _gpu_check_path() -> str | None:
+    beside = Path(sys.executable).parent / GPU_CHECK  # the kit's own venv
+    if beside.is_file():
+        return str(beside)
+    return shutil.which(GPU_CHECK)
+
+
+def _host(url: str) -> str:
+    rest = url.split("://", 1)[-1].split("/", 1)[0]
+    if rest.startswith("["):
+        return rest.split("]", 1)[0] + "]"
+    return rest.rsplit(":", 1)[0] if ":" in rest else rest
+
+
+def read_stack_record(path: Path) -> dict[str, Any]:
+    """The deploy's stack-record.json (see sparkops.render.record), secrets dropped."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(
+            f"--stack-record {path} does not exist; pass the stack-record.json the deploy "
+            "wrote next to compose.yml"
+        ) from None
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise UserError(
+            f"--stack-record {path} is not a JSON stack record ({type(err).__name__}); pass "
+            "the stack-record.json the deploy wrote next to compose.yml"
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(f"--stack-record {path} is not a JSON object; pass stack-record.json")
+    return without_secrets(data)
+
+
+def without_secrets(obj: Any) -> Any:
+    """Drop every mapping key that names a secret, at any depth (defence in depth: the
+    deploy's record has none, a hand-made one might)."""
+    if isinstance(obj, dict):
+        return {k: without_secrets(v) for k, v in obj.items() if not _SECRET.search(str(k))}
+    if isinstance(obj, list):
+        return [without_secrets(v) for v in obj]
+    return obj
+
+
+@dataclass
+class ServingLog:
+    """The job's serving.jsonl: what each endpoint served first (the baseline), last, and
+    the epoch; decides drift and writes its lines."""
+
+    directory: Path
+    baseline: dict[str, Identity] = field(default_factory=dict)
+    last: dict[str, Identity] = field(default_factory=dict)
+    epoch: int = 0
+
+    @property
+    def path(self) -> Path:
+        return self.directory / SERVING
+
+    @classmethod
+    def load(cls, directory: Path) -> ServingLog:
+        """The record so far (a resumed job compares against it)."""
+        log = cls(directory)
+        for obj in iter_results(directory / SERVING):
+            if not isinstance(obj, dict):
+                continue
+            if isinstance(obj.get("serving"), int):
+                log.epoch = max(log.epoch, obj["serving"])
+            seen: dict[str, Any] = {}
+            if obj.get("event") == "start" and isinstance(obj.get("endpoints"), dict):
+                seen = obj["endpoints"]
+            elif obj.get("event") == "change" and isinstance(obj.get("identity"), dict):
+                seen = {str(obj.get("endpoint")): obj["identity"]}
+            for base, ident in seen.items():
+                if isinstance(ident, dict) and "unreachable" not in ident:
+                    log.baseline.setdefault(base, ident)
+                    log.last[base] = ident
+        return log
+
+    def start_changes(self, found: dict[str, Identity | None]) -> dict[str, list[Change]]:
+        """Per endpoint, what differs from the last identity the job recorded."""
+        out = {}
+        for base, ident in found.items():
+            if ident is not None and base in self.last:
+                changes = serving_record.diff(self.last[base], ident)
+                if changes:
+                    out[base] = changes
+        return out
+
+    def off_baseline(self, found: dict[str, Identity | None]) -> dict[str, list[Change]]:
+        """Per endpoint, what differs from what served the job first (--strict-serving)."""
+        out = {}
+        for base, ident in found.items():
+            if ident is not None and base in self.baseline:
+                changes = serving_record.diff(self.baseline[base], ident)
+                if changes:
+                    out[base] = changes
+        return out
+
+    def write_start(
+        self,
+        run: int,
+        found: dict[str, Identity | None],
+        problems: dict[str, str],
+        context: dict[str, Any],
+        results_from: int,
+    ) -> dict[str, list[Change]]:
+        """The run's start line; returns the changes since the job's last record."""
+        changes = self.start_changes(found)
+        if changes:
+            self.epoch += 1
+        endpoints: dict[str, Any] = {}
+        for base, ident in found.items():
+            if ident is None:
+                endpoints[base] = {"unreachable": problems.get(base, "no answer")}
+            else:
+                endpoints[base] = ident
+                self.baseline.setdefault(base, ident)
+                self.last[base] = ident
+        line: dict[str, Any] = {
+            "event": "start",
+            "t": round(time.time(), 3),
+            "run": run,
+            "serving": self.epoch,
+            "results_from": results_from,
+            **context,
+            "endpoints": endpoints,
+        }
+        if changes:
+            line["changes"] = {b: [c.as_dict() for c in cs] for b, cs in changes.items()}
+        append_json(self.path, line)
+        return changes
+
+    def observe(self, run: int, base: str, ident: Identity, results_from: int) -> list[Change]:
+        """A fresh identity of one endpoint: a change line (and a new epoch) when it differs."""
+        before = self.last.get(base)
+        if before is None:  # unreachable at start, first seen now: its baseline, not drift
+            self.baseline[base] = self.last[base] = ident
+            append_json(
+                self.path,
+                {
+                    "event": "change",
+                    "t": round(time.time(), 3),
+                    "run": run,
+                    "serving": self.epoch,
+                    "results_from": results_from,
+                    "endpoint": base,
+                    "identity": ident,
+                    "changes": [],
+                },
+            )
+            return []
+        changes = serving_record.diff(before, ident)
+        if not changes:
+            return []
+        self.epoch += 1
+        self.last[base] = ident
+        append_json(
+            self.path,
+            {
+                "event": "change",
+                "t": round(time.time(), 3),
+                "run": run,
+                "serving": self.epoch,
+                "results_from": results_from,
+                "endpoint": base,
+                "identity": ident,
+                "changes": [c.as_dict() for c in changes],
+            },
+        )
+        return changes
+
+
+def job_context(
+    pipeline_fingerprint: str,
+    input_fingerprint: str,
+    gpu: dict[str, Any],
+    stack: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The job-level part of a start line."""
+    return {
+        "kit_version": __version__,
+        "pipeline_fingerprint": pipeline_fingerprint,
+        "input_fingerprint": input_fingerprint,
+        "gpu": gpu,
+        "stack": stack,
+    }
+
+
+def change_sentence(base: str, changes: list[Change], epoch: int) -> str:
+    """What the progress line and the job's stderr say when an endpoint changed."""
+    return (
+        f"endpoint {base} changed what it serves: {serving_record.describe(changes)}; "
+        f"records finished from now on are marked serving={epoch} (see serving.jsonl)"
+    )
+
+
+def strict_message(base: str, changes: list[Change], during: bool) -> str:
+    """--strict-serving's one line (JobStopped, exit 1, resumable)."""
+    when = "during the job" if during else "since the job started"
+    return (
+        f"--strict-serving: endpoint {base} changed {when}: "
+        f"{serving_record.describe(changes)}; finished records are kept: restore the server "
+        "it started with and run the same command to resume, or run without --strict-serving "
+        "to accept the change (the boundary is recorded in serving.jsonl)"
+    )

@@ -1,0 +1,179 @@
+"""The serving record's pure core (batch/serving_record.py) and its job file (batch/serving.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from sparkops.batch import serving, serving_record
+from sparkops.batch.serving_record import Change, build_identity, cache_config, diff
+from sparkops.errors import UserError
+
+# vLLM 0.11-style /metrics excerpt: cache_config_info is an info gauge with the engine label.
+METRICS = """\
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",\
+engine="0",gpu_memory_utilization="0.9",num_gpu_blocks="2048",\
+prefix_caching_hash_algo="sha256"} 1.0
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+"""
+MODELS = {
+    "object": "list",
+    "data": [{"id": "m", "root": "/models/m", "max_model_len": 8192, "owned_by": "vllm"}],
+}
+
+
+def identity(**over):
+    ident = build_identity({"version": "0.11.0"}, MODELS, cache_config(METRICS))
+    ident.update(over)
+    return ident
+
+
+def test_identity_holds_version_model_length_and_every_cache_label():
+    ident = identity()
+    assert ident == {
+        "version": "0.11.0",
+        "model": "m",
+        "max_model_len": "8192",
+        "root": "/models/m",
+        "cache.block_size": "16",
+        "cache.cache_dtype": "auto",
+        "cache.enable_prefix_caching": "True",
+        "cache.gpu_memory_utilization": "0.9",
+        "cache.num_gpu_blocks": "2048",
+        "cache.prefix_caching_hash_algo": "sha256",
+    }
+
+
+def test_a_server_without_version_or_cache_config_still_has_an_identity():
+    ident = build_identity(None, {"data": [{"id": "b"}, {"id": "a", "max_model_len": 4}]}, None)
+    assert ident == {"version": "", "model": "a, b", "max_model_len": "4, ", "root": ", "}
+
+
+def test_a_page_that_is_not_a_model_list_is_refused_not_read_as_an_identity():
+    with pytest.raises(ValueError):
+        build_identity({"version": "1"}, {"detail": "Not Found"}, None)
+    with pytest.raises(ValueError):
+        cache_config("<html>proxy error</html>\n{")
+
+
+def test_cache_config_is_empty_when_the_page_has_none():
+    assert cache_config("# TYPE x gauge\nx 1\n") == {}
+
+
+def test_no_change_no_drift():
+    assert diff(identity(), identity()) == []
+
+
+def test_diff_names_model_and_length_first_and_reads_as_one_phrase():
+    after = identity(model="other", max_model_len="4096", **{"cache.block_size": "32"})
+    changes = diff(identity(), after)
+    assert [c.field for c in changes] == ["model", "max_model_len", "cache.block_size"]
+    assert serving_record.describe(changes) == (
+        "model m -> other, max_model_len 8192 -> 4096, cache.block_size 16 -> 32"
+    )
+
+
+def test_a_field_that_appears_or_disappears_is_a_change():
+    before = identity()
+    after = dict(before)
+    del after["cache.cache_dtype"]
+    after["cache.kv_offload"] = "on"
+    assert {c.field: (c.before, c.after) for c in diff(before, after)} == {
+        "cache.cache_dtype": ("auto", None),
+        "cache.kv_offload": (None, "on"),
+    }
+    assert Change("x", None, "").text() == "x (absent) -> (none)"
+
+
+def test_describe_is_bounded():
+    changes = [Change(f"cache.f{i}", "1", "2") for i in range(7)]
+    assert serving_record.describe(changes).endswith("and 3 more")
+
+
+# ---- the job file (serving.jsonl) ------------------------------------------------------
+
+
+def test_log_marks_the_boundary_and_a_resumed_job_continues_the_epochs(tmp_path):
+    log = serving.ServingLog.load(tmp_path)
+    ctx = serving.job_context("pf", "if", {"unavailable": "x"}, None)
+    assert log.write_start(1, {"http://a": identity()}, {}, ctx, 0) == {}
+    assert log.observe(1, "http://a", identity(), 5) == []
+    changes = log.observe(1, "http://a", identity(model="other"), 7)
+    assert [c.field for c in changes] == ["model"]
+    assert log.epoch == 1
+    lines = [json.loads(x) for x in (tmp_path / serving.SERVING).read_text().splitlines()]
+    assert [x["event"] for x in lines] == ["start", "change"]
+    assert lines[1]["results_from"] == 7 and lines[1]["serving"] == 1
+    assert lines[0]["kit_version"] and lines[0]["pipeline_fingerprint"] == "pf"
+    assert stat.S_IMODE(os.stat(tmp_path / serving.SERVING).st_mode) == 0o600
+
+    again = serving.ServingLog.load(tmp_path)
+    assert again.epoch == 1
+    assert again.baseline["http://a"]["model"] == "m"
+    assert again.last["http://a"]["model"] == "other"
+    # the server went back to what the job started with: a change against the last record,
+    # and no longer off the baseline (--strict-serving lets it resume)
+    found = {"http://a": identity()}
+    assert again.off_baseline(found) == {}
+    changed = again.write_start(2, found, {}, ctx, 9)
+    assert list(changed) == ["http://a"] and again.epoch == 2
+
+
+def test_an_endpoint_unreachable_at_start_gets_its_baseline_when_it_answers(tmp_path):
+    log = serving.ServingLog.load(tmp_path)
+    ctx = serving.job_context("pf", "if", {}, None)
+    log.write_start(1, {"http://a": None}, {"http://a": "ClientConnectorError"}, ctx, 0)
+    first = json.loads((tmp_path / serving.SERVING).read_text())
+    assert first["endpoints"] == {"http://a": {"unreachable": "ClientConnectorError"}}
+    assert log.observe(1, "http://a", identity(), 3) == []  # first seen: not drift
+    assert log.epoch == 0
+    assert log.observe(1, "http://a", identity(version="0.12.0"), 4)[0].field == "version"
+
+
+def test_stack_record_loses_secrets_at_any_depth(tmp_path):
+    path = tmp_path / "stack-record.json"
+    path.write_text(
+        json.dumps(
+            {
+                "profile": "p",
+                "env": {"HF_TOKEN": "hf_x", "VLLM_API_KEY": "k", "VLLM_NO_USAGE_STATS": "1"},
+                "nested": [{"password": "p", "ok": 1}],
+            }
+        )
+    )
+    record = serving.read_stack_record(path)
+    assert record == {"profile": "p", "env": {"VLLM_NO_USAGE_STATS": "1"}, "nested": [{"ok": 1}]}
+    assert "hf_x" not in json.dumps(record)
+
+
+@pytest.mark.parametrize("content", [None, "not json", "[1, 2]"])
+def test_a_missing_or_bad_stack_record_is_a_usage_error(tmp_path, content):
+    path = tmp_path / "stack-record.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(UserError, match="stack-record"):
+        serving.read_stack_record(path)
+
+
+def test_gpu_state_never_fails_and_never_describes_a_remote_gpu(monkeypatch, tmp_path):
+    assert serving.gpu_state(["http://10.0.0.5:8000"]) == {
+        "unavailable": "the endpoints are not on this machine"
+    }
+    monkeypatch.setattr(serving, "_gpu_check_path", lambda: None)
+    assert "not installed" in serving.gpu_state(["http://127.0.0.1:8000"])["unavailable"]
+    tool = tmp_path / "gpu-check"
+    tool.write_text("#!/bin/sh\necho 'not json'\nexit 4\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(serving, "_gpu_check_path", lambda: str(tool))
+    assert serving.gpu_state(["http://localhost:1"]) == {
+        "unavailable": "sparkops-gpu-check printed no JSON (exit 4)"
+    }
+    tool.write_text('#!/bin/sh\necho \'{"state": "no-gpu", "rc": 4, "gpu": null}\'\nexit 4\n')
+    assert serving.gpu_state(["http://[::1]:8000"]) == {"state": "no-gpu", "rc": 4, "gpu": None}
