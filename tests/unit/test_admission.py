@@ -1,14 +1,13 @@
 """Admission keeps a steady mix of steps; connections are paced and recycled.
 
-The engine tests run the real engine against a local aiohttp server that records, for each
-call, its step and the connection it came on.
+The engine tests run the real engine against an in-process responder
+(tests/plugins/responder.py) that records, for each call, its step and the connection it came on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import time
 
 from aiohttp import web
@@ -20,6 +19,7 @@ from sparkops.batch.engine import Engine, EngineConfig
 from sparkops.batch.journal import RESULTS, Journal, iter_results
 from sparkops.batch.records import Record
 from sparkops.pipeline.spec import parse_pipeline
+from tests.plugins.responder import serve
 
 THREE = parse_pipeline(
     {
@@ -96,12 +96,6 @@ def test_the_pacer_spaces_only_calls_that_need_a_new_connection():
     assert ConnectPacer(0).turn("e", 5) == 0.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Recorder:
     """Answers "yes" after a short wait; records each call's step, connection and time."""
 
@@ -128,16 +122,10 @@ class Recorder:
 async def run(tmp_path, spec, n, concurrency, **cfg):
     rec = Recorder()
     tmp_path.mkdir(parents=True, exist_ok=True)
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", rec.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
+    async with serve(rec.handle) as url:
         journal = Journal(tmp_path, "id", fsync_interval=0)
         journal.open()
-        pool = EndpointPool.from_urls([f"http://127.0.0.1:{port}"], stall_after=0)
+        pool = EndpointPool.from_urls([url], stall_after=0)
         engine = Engine(
             EngineConfig(concurrency=concurrency, retry_for=30, **cfg), pool, journal, spec
         )
@@ -147,8 +135,6 @@ async def run(tmp_path, spec, n, concurrency, **cfg):
         wall = time.monotonic() - t0
         journal.close()
         return rec, list(iter_results(tmp_path / RESULTS)), wall
-    finally:
-        await runner.cleanup()
 
 
 def test_a_three_step_job_ramps_in_and_keeps_every_step_in_flight(tmp_path):

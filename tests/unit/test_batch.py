@@ -1,18 +1,16 @@
 """Inputs, endpoint choice, backoff, and the engine's retry/bounds logic.
 
-The engine tests use a tiny in-process aiohttp responder only to script failures a real
-server will not produce on demand (429, 503, dropped connections); the happy path against
-the real vLLM lives in tests/integration/test_batch.py.
+The engine tests use the fault server (tests/plugins/fault_server.py) only to script failures
+a real server will not produce on demand (429, 503, dropped connections); the happy path
+against the real vLLM lives in tests/integration/test_batch.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import pytest
-from aiohttp import web
 
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig
@@ -22,6 +20,7 @@ from sparkops.batch.records import InputProblem, Record, detect_kind, read_recor
 from sparkops.batch.retry import backoff_delay, is_retryable
 from sparkops.errors import UserError
 from sparkops.pipeline.spec import parse_pipeline
+from tests.plugins.fault_server import drop, free_port, status
 
 SPEC = parse_pipeline(
     {
@@ -127,81 +126,34 @@ def test_backoff_has_jitter_and_a_cap():
     assert is_retryable(429) and is_retryable(503) and not is_retryable(400)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+async def run_engine(tmp_path, urls, records, concurrency=4):
+    journal = Journal(tmp_path, "id", fsync_interval=0)
+    journal.open()
+    pool = EndpointPool.from_urls(urls)
+    engine = Engine(EngineConfig(concurrency=concurrency, retry_for=30), pool, journal, SPEC)
+    stats = await engine.run(iter(records))
+    journal.close()
+    return stats, {r["id"]: r for r in iter_results(tmp_path / RESULTS)}, pool
 
 
-class Responder:
-    """Scripted chat endpoint: per record text, a list of statuses to answer in turn."""
-
-    def __init__(self, script: dict[str, list[int]]):
-        self.script = {k: list(v) for k, v in script.items()}
-        self.calls: list[str] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        text = body["messages"][-1]["content"]
-        self.calls.append(text)
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            await asyncio.sleep(0.01)
-            plan = self.script.get(text)
-            status = plan.pop(0) if plan else 200
-            if status == 599:  # drop the connection
-                request.transport.close()
-                return web.Response(status=200)
-            if status != 200:
-                return web.json_response(
-                    {"error": {"message": f"scripted {status}"}}, status=status
-                )
-            return web.json_response(
-                {
-                    "id": "cmpl-1",
-                    "choices": [{"message": {"content": "Yes." if "go" in text else "no"}}],
-                    "usage": {
-                        "prompt_tokens": 10,
-                        "completion_tokens": 1,
-                        "prompt_tokens_details": {"cached_tokens": 4},
-                    },
-                }
-            )
-        finally:
-            self.in_flight -= 1
+def _yes_to_go(key: str, body: dict) -> str:
+    return "Yes." if " go " in body["messages"][-1]["content"] else "no"
 
 
-async def run_engine(tmp_path, responder, records, concurrency=4, urls=None):
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", responder.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        journal = Journal(tmp_path, "id", fsync_interval=0)
-        journal.open()
-        pool = EndpointPool.from_urls(urls or [f"http://127.0.0.1:{port}"])
-        if urls:
-            pool.endpoints[-1].base = f"http://127.0.0.1:{port}"
-        engine = Engine(EngineConfig(concurrency=concurrency, retry_for=30), pool, journal, SPEC)
-        stats = await engine.run(iter(records))
-        journal.close()
-        return stats, {r["id"]: r for r in iter_results(tmp_path / RESULTS)}, pool
-    finally:
-        await runner.cleanup()
-
-
-def test_engine_retries_transient_errors_and_keeps_400_as_record_error(tmp_path, monkeypatch):
+def test_engine_retries_transient_errors_and_keeps_400_as_record_error(
+    tmp_path, monkeypatch, fault_server
+):
     monkeypatch.setattr("sparkops.batch.engine.backoff_delay", lambda attempt: 0.01)
-    recs = [Record(f"r{i}", i, {"text": f"go {i}" if i % 2 else f"stop {i}"}) for i in range(1, 41)]
+    recs = [
+        Record(f"r{i}", i, {"text": f"[id:r{i}] go {i}" if i % 2 else f"[id:r{i}] stop {i}"})
+        for i in range(1, 41)
+    ]
     recs.append(Record("missing", 41, {"other": 1}))
-    script = {"go 1": [429, 503, 599], "stop 2": [400], "go 3": [500]}
-    responder = Responder(script)
-    stats, results, _ = asyncio.run(run_engine(tmp_path, responder, recs, concurrency=4))
+    fault_server.content = _yes_to_go
+    fault_server.script("r1", status(429), status(503), drop())
+    fault_server.script("r2", status(400))
+    fault_server.script("r3", status(500))
+    stats, results, _ = asyncio.run(run_engine(tmp_path, [fault_server.url], recs, concurrency=4))
     assert len(results) == 41
     assert results["r1"]["status"] == "done" and [s["step"] for s in results["r1"]["steps"]] == [
         "a",
@@ -209,21 +161,21 @@ def test_engine_retries_transient_errors_and_keeps_400_as_record_error(tmp_path,
     ]
     assert results["r2"]["status"] == "error" and "HTTP 400" in results["r2"]["error"]
     assert results["r4"]["final"] == "no" and len(results["r4"]["steps"]) == 1
-    assert results["r1"]["steps"][0]["cached_tokens"] == 4
+    # The fault server reports half the prompt ("S" + the record text) as cached.
+    assert results["r1"]["steps"][0]["cached_tokens"] == len("S\n[id:r1] go 1") // 2
     assert results["missing"]["status"] == "error" and "line 41" in results["missing"]["error"]
     assert stats.retries == 4
-    assert responder.max_in_flight <= 4
+    assert fault_server.max_in_flight <= 4
     # 20 "go" records take 2 calls, 20 "stop" 1 call, plus 4 retried attempts
-    assert len(responder.calls) == 20 * 2 + 20 + 4
+    assert sum(fault_server.requests.values()) == 20 * 2 + 20 + 4
 
 
-def test_engine_spreads_over_endpoints_and_survives_a_dead_one(tmp_path, monkeypatch):
+def test_engine_spreads_over_endpoints_and_survives_a_dead_one(tmp_path, monkeypatch, fault_server):
     monkeypatch.setattr("sparkops.batch.engine.backoff_delay", lambda attempt: 0.01)
     recs = [Record(f"r{i}", i, {"text": f"stop {i}"}) for i in range(30)]
     dead = f"http://127.0.0.1:{free_port()}"
-    responder = Responder({})
     _stats, results, pool = asyncio.run(
-        run_engine(tmp_path, responder, recs, concurrency=6, urls=[dead, "http://live"])
+        run_engine(tmp_path, [dead, fault_server.url], recs, concurrency=6)
     )
     assert all(r["status"] == "done" for r in results.values()) and len(results) == 30
     assert pool.endpoints[0].sent >= 1 and pool.endpoints[1].sent >= 30

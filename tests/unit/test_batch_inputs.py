@@ -24,7 +24,6 @@ from sparkops.batch.journal import (
     MANIFEST,
     RESULTS,
     Journal,
-    Manifest,
     dumps_line,
     iter_results,
     load_manifest,
@@ -37,20 +36,9 @@ from sparkops.batch.lock import lock_holder, lock_job_dir
 from sparkops.batch.records import InputProblem, Record, detect_kind, read_records, scan_input
 from sparkops.errors import JobStopped, UserError
 from sparkops.pipeline.spec import load_pipeline, looks_like_path
+from tests.plugins.job_dir import manifest
 
 BOM = "\ufeff"
-
-
-def manifest(**kw):
-    base = dict(
-        pipeline_fingerprint="p1",
-        input_fingerprint="i1",
-        input="in.jsonl",
-        kind="jsonl",
-        id_field="id",
-        total=3,
-    )
-    return Manifest(**{**base, **kw})
 
 
 # ---- item 3: every readable id counts in the duplicate scan --------------------------------

@@ -7,20 +7,9 @@ import stat
 
 import pytest
 
-from sparkops.batch.journal import RESULTS, Journal, Manifest, prepare_dir, repair_torn_tail
+from sparkops.batch.journal import RESULTS, Journal, prepare_dir, repair_torn_tail
 from sparkops.errors import UserError
-
-
-def manifest(**kw):
-    base = dict(
-        pipeline_fingerprint="p1",
-        input_fingerprint="i1",
-        input="in.jsonl",
-        kind="jsonl",
-        id_field="id",
-        total=3,
-    )
-    return Manifest(**{**base, **kw})
+from tests.plugins.job_dir import manifest
 
 
 def line(rid, status="done"):
