@@ -27,6 +27,8 @@ from sparkops.local.server import (
     stop_server,
 )
 from sparkops.metrics.scrape import fetch_metrics
+from sparkops.privacy import private_env
+from sparkops.render.command import LAUNCHERS
 
 pytestmark = pytest.mark.integration
 
@@ -54,6 +56,20 @@ def test_server_answers_chat_completions(vllm_server: Server) -> None:
     assert isinstance(reply["choices"][0]["message"]["content"], str)
     assert 1 <= reply["usage"]["completion_tokens"] <= 8
     assert reply["usage"]["prompt_tokens"] > 5
+
+
+def test_server_runs_with_the_kits_command_and_privacy_environment(vllm_server: Server) -> None:
+    """What the running process really got (/proc), not what the builder returns."""
+    environ = dict(
+        item.split(b"=", 1)
+        for item in Path(f"/proc/{vllm_server.pid}/environ").read_bytes().split(b"\0")
+        if b"=" in item
+    )
+    for key, value in private_env().items():
+        assert environ.get(key.encode()) == value.encode(), key
+    argv = Path(f"/proc/{vllm_server.pid}/cmdline").read_bytes().split(b"\0")
+    assert argv[2].decode() == LAUNCHERS["cpu"][2]
+    assert b"--enable-prompt-tokens-details" in argv
 
 
 def test_shared_system_prompt_raises_prefix_cache_hits(vllm_server: Server) -> None:

@@ -20,6 +20,7 @@ import yaml
 
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.paths import vllm_python
+from sparkops.privacy import private_env
 from sparkops.render.inventory import read_inventory
 from sparkops.render.stack import plan_stack
 from tests.plugins.inventories import make_inventory
@@ -59,7 +60,7 @@ def _probe(*cases: dict) -> list[dict]:
 def _clean_env() -> dict:
     """The probe sees no VLLM_* settings of the machine running the tests."""
     keep = ("PATH", "HOME", "LANG", "TMPDIR")
-    return {k: os.environ[k] for k in keep if k in os.environ} | {"VLLM_NO_USAGE_STATS": "1"}
+    return {k: os.environ[k] for k in keep if k in os.environ} | private_env()
 
 
 def test_pp_async_scheduling_decision_against_vllm_config(tmp_path):

@@ -27,6 +27,8 @@ from sparkops.errors import UserError
 from sparkops.files import open_private
 from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
+from sparkops.privacy import private_env
+from sparkops.render.command import CPU_ENTRYPOINT, local_command
 
 HOST = "127.0.0.1"
 # vLLM-CPU's default ("auto") pins each worker to the first core(s) and reserves the rest for
@@ -35,17 +37,9 @@ HOST = "127.0.0.1"
 # leaves placement to the kernel, which spreads them. Pass extra_env to override (pipeline
 # parallel on one node needs an explicit "0|1").
 THREADS_BIND = "nobind"
-ENTRYPOINT = "vllm.entrypoints.openai.api_server"
+ENTRYPOINT = CPU_ENTRYPOINT  # what identifies our server in /proc/<pid>/cmdline
 START_TIMEOUT_S = 600.0  # ~1 min on an idle 2-core machine; 4-10 min seen under heavy load
 STOP_TIMEOUT_S = 30.0
-
-# Privacy by default: no usage stats, no tracking, nothing fetched from a hub at run time.
-PRIVATE_ENV = {
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-}
 
 
 @dataclass(frozen=True)
@@ -156,32 +150,17 @@ def server_command(
     extra_args: Sequence[str] = (),
     eager: bool = True,
 ) -> list[str]:
-    """The vLLM command line: prefix caching with xxhash, cached-token counts in usage.
-
-    `eager` skips torch.compile: for the 2-layer tiny model compiling buys nothing measurable
-    but costs 20 s (idle machine) to 150 s (loaded) of every start-up."""
-    cmd = [
+    """The vLLM command line, built where every vLLM command is (render.command)."""
+    return local_command(
         str(python),
-        "-m",
-        ENTRYPOINT,
-        "--model",
         str(model_dir),
-        "--served-model-name",
-        paths.SERVED_MODEL_NAME,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--enable-prefix-caching",
-        "--prefix-caching-hash-algo",
-        "xxhash",
-        "--enable-prompt-tokens-details",
-    ]
-    if max_num_seqs is not None:
-        cmd += ["--max-num-seqs", str(max_num_seqs)]
-    if eager:
-        cmd.append("--enforce-eager")
-    return cmd + list(extra_args)
+        host=host,
+        port=port,
+        served_model_name=paths.SERVED_MODEL_NAME,
+        max_num_seqs=max_num_seqs,
+        eager=eager,
+        extra_args=extra_args,
+    )
 
 
 def _log_tail(path: str | Path, lines: int = 30) -> str:
@@ -292,7 +271,8 @@ def start_servers(
     log_dir = log_dir or paths.state_dir(cache) / "logs"
     env = {
         **os.environ,
-        **PRIVATE_ENV,
+        # Privacy by default: no usage stats, no tracking, nothing fetched from a hub.
+        **private_env(offline=True),
         "VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gib:g}",
         "VLLM_CPU_OMP_THREADS_BIND": THREADS_BIND,
         # vLLM's own cache (torch.compile artefacts) stays inside the kit's cache, not in ~.

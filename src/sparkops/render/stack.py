@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkops.errors import UserError
+from sparkops.privacy import TELEMETRY_OFF, private_env
 from sparkops.profiles import DeployFacts, Profile, check_profile, load_profile
 from sparkops.render.command import native_parallel_flags, ray_parallel_flags, serve_command
 from sparkops.render.inventory import Inventory
@@ -28,13 +29,6 @@ from sparkops.render.settings import (
 )
 from sparkops.versions import RAY_VERSION
 
-# Privacy by default: no usage reports from vLLM, Hugging Face or Ray.
-TELEMETRY_OFF = {
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 # The kit's own images and the docker/ folder each is built from (on the host, by the deploy).
 KIT_IMAGES = {"gb10": "sparkops/vllm:gb10", "cpu": "sparkops/vllm:cpu"}
@@ -82,8 +76,9 @@ def _check_bind(host: str, serving: ServingVars) -> None:
 
 
 def _base_env(profile: Profile, serving: ServingVars) -> dict[str, str]:
-    env = dict(TELEMETRY_OFF)
-    env["HF_HUB_OFFLINE"] = "1" if serving.model_dir else "0"
+    # Privacy by default (sparkops.privacy); the hub is reached only for weights named, not
+    # mounted from vllm_serving_model_dir.
+    env = private_env(offline=bool(serving.model_dir))
     env.update(profile.env)
     env.update(serving.extra_env)
     return env
@@ -243,11 +238,7 @@ def _plan_data_parallel(inv, hosts, parsed, stacks, profile, secrets) -> None:
         "api_key": bool(stacks[hosts[0]].secrets.get("VLLM_API_KEY")),
         "master_key": master_key,
         # No telemetry, and no model-cost-map download from the internet at start-up.
-        "env": {
-            "LITELLM_TELEMETRY": "False",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "DO_NOT_TRACK": "1",
-        },
+        "env": dict(TELEMETRY_OFF),
     }
 
 

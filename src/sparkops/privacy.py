@@ -1,0 +1,33 @@
+"""The privacy environment: every process the kit starts reports nothing and fetches nothing.
+
+One definition for every reader, so a variable added here reaches them all: the rendered
+stacks (vLLM, LiteLLM router, Ray; the templates get it through the render context), the
+local vLLM-CPU servers (`sparkops local up`, the demo, the tests' server fixtures) and the
+tests that start vLLM themselves. The records are patient data, so the default is "nothing
+leaves the host": each library's usage reporting is switched off by its own documented
+variable, and the set is the union of what each process reads (an unused variable is
+harmless to the others).
+"""
+
+from __future__ import annotations
+
+# Usage statistics and telemetry, one variable per library that phones home.
+TELEMETRY_OFF: dict[str, str] = {
+    "VLLM_NO_USAGE_STATS": "1",  # vLLM's usage stats
+    "DO_NOT_TRACK": "1",  # the cross-tool convention (vLLM, Hugging Face, others)
+    "HF_HUB_DISABLE_TELEMETRY": "1",  # huggingface_hub
+    "RAY_USAGE_STATS_ENABLED": "0",  # Ray's cluster usage report
+    "LITELLM_TELEMETRY": "False",  # LiteLLM proxy
+    # LiteLLM downloads its model cost map from the internet at start-up unless told not to.
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+}
+
+# Hub access: on whenever the weights are already on the host, so nothing is fetched.
+HUB_OFFLINE_KEYS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def private_env(*, offline: bool = True) -> dict[str, str]:
+    """TELEMETRY_OFF plus the hub switches: `offline=False` only where the weights are to be
+    downloaded by name (a deployment without `vllm_serving_model_dir`)."""
+    flag = "1" if offline else "0"
+    return {**TELEMETRY_OFF, **dict.fromkeys(HUB_OFFLINE_KEYS, flag)}

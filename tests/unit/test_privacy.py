@@ -1,0 +1,54 @@
+"""One privacy environment (sparkops.privacy) reaches every process the kit starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkops import privacy
+from sparkops.privacy import TELEMETRY_OFF, private_env
+from sparkops.render.inventory import read_inventory
+from sparkops.render.stack import plan_stack
+from tests.plugins.inventories import make_inventory
+
+SRC = Path(privacy.__file__).parent
+
+
+def test_the_union_of_every_library_switch():
+    assert {
+        "VLLM_NO_USAGE_STATS",
+        "DO_NOT_TRACK",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "RAY_USAGE_STATS_ENABLED",
+        "LITELLM_TELEMETRY",
+        "LITELLM_LOCAL_MODEL_COST_MAP",
+    } <= TELEMETRY_OFF.keys()
+    assert private_env()["HF_HUB_OFFLINE"] == private_env()["TRANSFORMERS_OFFLINE"] == "1"
+    online = private_env(offline=False)
+    assert online["HF_HUB_OFFLINE"] == "0"
+    assert TELEMETRY_OFF.items() <= online.items()  # telemetry stays off when weights download
+
+
+@pytest.mark.parametrize("model_dir", ["", "/models/tiny"])
+def test_rendered_vllm_and_router_get_the_whole_set(tmp_path, model_dir):
+    extra = {"vllm_serving_model_dir": model_dir} if model_dir else {}
+    inv = read_inventory(make_inventory(tmp_path, "data-parallel", **extra))
+    stacks = plan_stack(inv, secrets={"LITELLM_MASTER_KEY": "sk-test"})
+    for stack in stacks.values():
+        assert TELEMETRY_OFF.items() <= stack.vllm["env"].items()
+        assert stack.vllm["env"]["HF_HUB_OFFLINE"] == ("1" if model_dir else "0")
+    router = stacks["spark-1"].router
+    assert router is not None
+    assert TELEMETRY_OFF.items() <= router["env"].items()
+
+
+def test_no_module_spells_a_telemetry_switch_of_its_own():
+    """A second list would drift from this one (three had, with different keys)."""
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if path.name != "privacy.py"
+        and any(key in path.read_text() for key in (*TELEMETRY_OFF, "HF_HUB_OFFLINE"))
+    ]
+    assert offenders == []
