@@ -102,7 +102,13 @@ def local_inventory(tmp_path, runtime_image):
     inventory = tmp_path / "inventory"
     (inventory / "group_vars" / "all").mkdir(parents=True)
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    hosts = {"all": {"children": {"sparks": {"hosts": {"localhost": host}}}}}
+    # deploy.yml checks the inventory first: the topology of inventory/local/.
+    hosts = {
+        "all": {
+            "vars": {"sparkops_topology": "local"},
+            "children": {"sparks": {"hosts": {"localhost": host}}},
+        }
+    }
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
     serving = yaml.safe_load(
         (REPO / "inventory" / "local" / "group_vars" / "all" / "serving.yml").read_text()

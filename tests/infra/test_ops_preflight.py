@@ -20,12 +20,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.plugins.hosts import inventory, put_fixture, set_gpu_state
+from tests.plugins.hosts import inventory, put_fixture, run_docker, set_gpu_state
 from tests.plugins.playbook import run_playbook
 
 pytestmark = pytest.mark.infra
 
 PLAYBOOK = "preflight.yml"
+# The GPU check host_tuning installs (its files/sparkops-gpu-check links here), copied as is.
+GPU_CHECK = Path(__file__).resolve().parents[2] / "src" / "sparkops" / "doctor" / "gpu.py"
 ALL_CHECKS = {
     "page_cache_dropped",
     "memory_headroom",
@@ -75,7 +77,9 @@ def run_preflight(tmp_path: Path, host, gpu_state: str, extra: dict) -> tuple[in
     summaries = tmp_path / f"summary-{gpu_state}"
     summaries.mkdir()
     inv = tmp_path / "inventory.yml"
-    inv.write_text(yaml.safe_dump(inventory([host], group="sparks")))
+    hosts = inventory([host], group="sparks")
+    hosts["all"]["vars"] = {"sparkops_topology": "single"}  # the inventory check runs first
+    inv.write_text(yaml.safe_dump(hosts))
     extra_vars = tmp_path / f"vars-{gpu_state}.json"
     extra_vars.write_text(json.dumps({"sparkops_preflight_summary_dir": str(summaries), **extra}))
     run = run_playbook(PLAYBOOK, inv, "-e", f"@{extra_vars}", timeout=600)
@@ -91,6 +95,7 @@ def run_preflight(tmp_path: Path, host, gpu_state: str, extra: dict) -> tuple[in
 def test_preflight_passes_and_fails_for_the_right_reasons(systemd_host, vllm_server, tmp_path):
     host = systemd_host("amd64")
     put_fixture(host, "nvidia-smi")
+    run_docker("cp", "-L", str(GPU_CHECK), f"{host.id}:/usr/local/bin/sparkops-gpu-check")
     bridge = host.exec("ip -4 route show default", check=True).stdout.split()[2]
     with relay(bridge, ("127.0.0.1", vllm_server.port)) as port:
         check_preflight(tmp_path, host, f"http://{bridge}:{port}")

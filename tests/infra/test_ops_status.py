@@ -42,6 +42,7 @@ def run_status(tmp_path: Path, name: str, host_vars: dict) -> tuple[dict, str]:
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
         "ansible_become": False,  # already root here; status.yml only reads
+        "sparkops_topology": "single",  # status.yml checks the inventory first
         **host_vars,
     }
     inv.write_text(
