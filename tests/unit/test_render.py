@@ -45,6 +45,7 @@ def test_single_host_stack(tmp_path):
     assert "WantedBy=multi-user.target" in unit and "docker compose" in unit
     assert sorted(p.name for p in (out / "spark-1").iterdir()) == [
         "compose.yml",
+        "memory-guard.sh",
         "serving.env",
         "sparkops-serving.service",
     ]

@@ -1,4 +1,4 @@
-"""`sparkops plan throughput|memory`: the thin I/O edge over the pure planning models.
+"""`sparkops plan throughput|memory|guard`: the thin I/O edge over the pure planning models.
 
 Reads the config file, parses the hit rate the way people write it (0.887 or 88.7%), and
 prints a readable table or, with --json, one JSON object for scripts and the deploy roles.
@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkops.errors import UserError
+from sparkops.plan.guard import GuardSettings, Verdict, check_launch, host_facts
 from sparkops.plan.memory import GB, GIB, MemoryPlan, plan_memory
 from sparkops.plan.throughput import ThroughputPlan, plan_throughput
 
@@ -88,6 +92,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mem.add_argument("--context", type=int, default=8192, help="tokens per sequence")
     mem.add_argument("--json", action="store_true", help="print JSON instead of a table")
     mem.set_defaults(func=run_memory)
+    register_guard(sub)
+
+
+def register_guard(sub: argparse._SubParsersAction) -> None:
+    guard = sub.add_parser(
+        "guard",
+        help="whole-host memory check: would this profile's launch leave a safe margin?",
+        description="Adds up weights, KV cache, activations, the OS reserve (the Windows share "
+        "under WSL2) and other GPU processes against this host's memory; exit 2 with the "
+        "largest KV cache that fits when the launch would not leave the margin.",
+    )
+    guard.add_argument("--profile", default="gb10-gemma4-12b-fp8", help="profile name or file")
+    guard.add_argument("--meminfo", type=Path, default=Path("/proc/meminfo"))
+    guard.add_argument(
+        "--host-kind",
+        choices=["auto", "native", "wsl2"],
+        default="auto",
+        help="auto: WSL2 when the kernel release names Microsoft",
+    )
+    guard.add_argument(
+        "--nvidia-smi",
+        default="nvidia-smi",
+        help="command for the GPU processes and memory (absent: none counted)",
+    )
+    guard.add_argument(
+        "--own-pid", type=int, action="append", default=[], help="this stack's GPU pids"
+    )
+    defaults = GuardSettings()
+    guard.add_argument("--total-gb", type=float, help="host memory (default: MemTotal; WSL2 128)")
+    guard.add_argument("--os-reserve-gb", type=float, default=defaults.os_reserve_gb)
+    guard.add_argument("--windows-share-gb", type=float, default=defaults.windows_share_gb)
+    guard.add_argument(
+        "--activations-gb", type=float, help="activations and CUDA graphs (gb10 10, cpu 1)"
+    )
+    guard.add_argument("--margin-gb", type=float, default=defaults.margin_gb)
+    guard.add_argument("--wsl-linux-gb", type=float, default=defaults.wsl_linux_gb)
+    guard.add_argument(
+        "--config", type=Path, help="the model's config.json, for the sequences x context"
+    )
+    guard.add_argument("--seqs", type=int, help="concurrency to quote (default max_num_seqs)")
+    guard.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    guard.set_defaults(func=run_guard)
 
 
 def parse_hit_rate(text: str) -> float:
@@ -165,6 +211,88 @@ def run_memory(args: argparse.Namespace) -> int:
     else:
         print_memory(plan, Console())
     return 0
+
+
+def _nvidia_smi(command: str, query: str) -> str:
+    """Output of one nvidia-smi query, or "" where the tool is absent or fails."""
+    argv = [*shlex.split(command), query, "--format=csv,noheader,nounits"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (FileNotFoundError, PermissionError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"cannot read {what} {path} ({err.strerror}): pass --meminfo") from None
+
+
+def run_guard(args: argparse.Namespace) -> int:
+    from sparkops.profiles import load_profile
+
+    profile = load_profile(args.profile)
+    osrelease = ""
+    if args.host_kind == "auto":
+        try:
+            osrelease = Path("/proc/sys/kernel/osrelease").read_text(encoding="utf-8")
+        except OSError:
+            osrelease = ""
+    facts = host_facts(
+        meminfo=_read(args.meminfo, "memory file"),
+        osrelease=osrelease,
+        kind=args.host_kind,
+        compute_apps=_nvidia_smi(
+            args.nvidia_smi, "--query-compute-apps=pid,process_name,used_memory"
+        ),
+        gpu_total=_nvidia_smi(args.nvidia_smi, "--query-gpu=memory.total"),
+        own_pids=args.own_pid,
+    )
+    settings = GuardSettings(
+        total_gb=args.total_gb,
+        os_reserve_gb=args.os_reserve_gb,
+        windows_share_gb=args.windows_share_gb,
+        activations_gb=args.activations_gb,
+        margin_gb=args.margin_gb,
+        wsl_linux_gb=args.wsl_linux_gb,
+    )
+    config = load_config(args.config)[0] if args.config else None
+    verdict = check_launch(profile, facts, settings, hf_config=config, seqs=args.seqs)
+    if args.json:
+        print(json.dumps(verdict.as_dict(), indent=2))
+        if not verdict.ok:
+            print(f"sparkops: error: {verdict.message}", file=sys.stderr)
+            return 2
+        return 0
+    if not verdict.ok:
+        raise UserError(verdict.message)
+    print_guard(verdict, Console())
+    return 0
+
+
+def print_guard(verdict: Verdict, console: Console) -> None:
+    table = Table(title=f"Memory guard ({verdict.kind})", show_header=False)
+    for label, value in verdict.need.items():
+        table.add_row(label, f"{value / GB:,.1f} GB")
+    table.add_row("total", f"{sum(verdict.need.values()) / GB:,.1f} GB")
+    table.add_row("host memory", f"{verdict.pool_bytes / GB:,.1f} GB")
+    table.add_row(
+        "headroom / margin",
+        f"{verdict.headroom_bytes / GB:,.1f} GB / {verdict.margin_bytes / GB:,.1f} GB",
+    )
+    table.add_row(
+        "largest --kv-cache-memory-bytes",
+        f"{verdict.largest_kv_bytes} ({verdict.largest_kv_bytes / GIB:,.1f} GiB)",
+    )
+    if verdict.serves:
+        table.add_row(
+            "which holds",
+            f"{verdict.serves['seqs']:,} sequences x {verdict.serves['context']:,} tokens",
+        )
+    console.print(table)
+    console.print(verdict.message, soft_wrap=True, markup=False, highlight=False)
 
 
 def print_throughput(plan: ThroughputPlan, console: Console) -> None:

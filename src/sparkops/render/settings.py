@@ -60,6 +60,17 @@ class ServingVars(_Strict):
     # Empty: the upstream image of the kit's vLLM pin (src/sparkops/versions.env).
     base_image: str = Field(default="", validate_default=True)
     base_digest: str = Field(default="", pattern=r"^(sha256:[0-9a-f]{64})?$")
+    # The whole-host memory guard (sparkops.plan.guard): decimal GB; see the role's defaults.
+    memory_guard: bool = True
+    memory_host_kind: Literal["auto", "native", "wsl2"] = "auto"
+    memory_total_gb: float | None = Field(default=None, gt=0)
+    memory_os_reserve_gb: float = Field(default=12.0, ge=0)
+    memory_windows_share_gb: float = Field(default=32.0, ge=0)
+    memory_activations_gb: float | None = Field(default=None, ge=0)
+    memory_margin_gb: float = Field(default=4.0, ge=0)
+    memory_wsl_linux_gb: float = Field(default=8.0, ge=0)
+    memory_meminfo_path: str = Field(default="/proc/meminfo", pattern=r"^/[^\s'\"$`\\]*$")
+    memory_nvidia_smi: str = Field(default="nvidia-smi", pattern=r"^[^\s'\"$`\\]+$")
 
     @field_validator("base_image")
     @classmethod

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jinja2
 
+from sparkops.plan.guard import start_context
 from sparkops.render.command import LAUNCHERS
 from sparkops.render.stack import CONTAINER_HF_CACHE, HostStack
 
@@ -89,11 +90,13 @@ def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[Rend
         "hf_container_cache": CONTAINER_HF_CACHE,
         "entrypoint_len": len(LAUNCHERS[stack.profile.platform]),
         "ray_command": _ray_command(stack) if stack.ray else "",
+        "guard": start_context(stack.profile, stack.serving),
     }
     plan = [
         ("serving/compose.yml.j2", "compose.yml", 0o644),
         ("serving/serving.env.j2", "serving.env", 0o600),
         ("serving/sparkops-serving.service.j2", "sparkops-serving.service", 0o644),
+        ("serving/memory-guard.sh.j2", "memory-guard.sh", 0o755),
     ]
     if stack.router:
         plan += [

@@ -1,0 +1,411 @@
+"""Whole-host memory guard: will this launch leave the host a safe margin? (pure)
+
+On a GB10 the GPU and the CPU share one 128 GB pool. A launch that over-commits it does not
+fail the vLLM process: it freezes or resets the whole Spark. So before anything changes on
+the host, the deploy adds up what the launch takes and what must stay, and refuses a launch
+that leaves less than a margin, naming the largest KV cache that does fit.
+
+What is added up (decimal GB, like the seeds' figures):
+- the weights (the profile's `weights_gib`) and the KV cache (`--kv-cache-memory-bytes`, or on
+  vLLM-CPU `VLLM_CPU_KVCACHE_SPACE` GiB); a profile sized by `--gpu-memory-utilization` alone
+  takes that fraction of the GPU's memory for weights, activations and cache together;
+- an allowance for activations and CUDA graphs (10 GB on a GB10: the seed's largest KV cache
+  that started beside FP8 weights with 96 GB for the GPU was 60 GiB, and 64 GiB did not;
+  10 GB plus the 4 GB margin puts the limit between the two, at about 62.9 GiB);
+- the OS reserve (12 GB: the second seed's "leave ~12 GB for Grace-side processes", which with
+  the 4 GB margin leaves the seed's ~112 GB, 0.88 x 128, for vLLM);
+- other GPU processes (`nvidia-smi --query-compute-apps`), minus this stack's own (a redeploy
+  replaces them);
+- under WSL2 the Windows share (~32 GB for Windows and Linux together on an RTX Spark with
+  96 GB given to the GPU, the first seed) in place of the OS reserve: WSL2 sees only its own
+  VM in /proc/meminfo, so the pool is the machine's 128 GB unless the inventory says otherwise.
+
+Three checks, each with its own margin:
+- the pool: weights + KV + activations + reserve + other GPU processes <= total - margin;
+- the GPU's own memory where nvidia-smi reports one (WSL2: what the NVIDIA app set aside):
+  weights + KV + activations + other GPU processes <= GPU memory - margin;
+- now (native hosts): weights + KV + activations <= MemAvailable + this stack's GPU memory -
+  margin, so memory other programs hold today counts too.
+
+Right before vLLM starts, the host's own check (templates/serving/memory-guard.sh.j2) drops
+the page cache and compares MemAvailable with `start_bar_bytes`: the launch plus the margin
+on a native host; under WSL2 (whose MemAvailable does not hold the GPU's memory) the Linux
+side's minimum.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sparkops.errors import UserError
+from sparkops.plan.memory import GB, GIB, MIB, plan_memory
+from sparkops.profiles.schema import Profile
+
+HostKind = Literal["native", "wsl2"]
+
+# Every GB10 machine (DGX Spark, RTX Spark) has 128 GB; WSL2 cannot see the Windows side.
+GB10_TOTAL_GB = 128.0
+# vLLM-CPU's default KV cache when VLLM_CPU_KVCACHE_SPACE is unset (GiB).
+CPU_KV_DEFAULT_GIB = 4
+ACTIVATIONS_GB = {"gb10": 10.0, "cpu": 1.0}
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """The inventory's `vllm_serving_memory_*` figures (decimal GB)."""
+
+    total_gb: float | None = None  # None: MemTotal natively, GB10_TOTAL_GB under WSL2
+    os_reserve_gb: float = 12.0
+    windows_share_gb: float = 32.0
+    activations_gb: float | None = None  # None: ACTIVATIONS_GB of the profile's platform
+    margin_gb: float = 4.0
+    wsl_linux_gb: float = 8.0
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One line of `nvidia-smi --query-compute-apps=pid,process_name,used_memory`."""
+
+    pid: int
+    name: str
+    used_bytes: int | None  # None: the driver did not report it ([N/A])
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the host says about its memory right now."""
+
+    kind: HostKind
+    mem_total_bytes: int
+    mem_available_bytes: int
+    gpu_total_bytes: int | None = None  # None where nvidia-smi reports [N/A] (GB10 native)
+    gpu_processes: tuple[GpuProcess, ...] = ()
+    own_pids: frozenset[int] = frozenset()
+
+    def others(self) -> list[GpuProcess]:
+        """GPU processes that are not this stack's own."""
+        return [p for p in self.gpu_processes if p.pid not in self.own_pids]
+
+    def own_gpu_bytes(self) -> int:
+        return sum(p.used_bytes or 0 for p in self.gpu_processes if p.pid in self.own_pids)
+
+
+@dataclass(frozen=True)
+class LaunchNeed:
+    """What one vLLM launch of a profile takes."""
+
+    weights_bytes: int
+    kv_bytes: int | None  # None: sized by gpu_memory_utilization
+    activations_bytes: int
+    utilization: float | None
+
+    def vllm_bytes(self, gpu_pool_bytes: int) -> int:
+        """Weights + KV + activations; with utilization only, that fraction of the pool."""
+        if self.kv_bytes is not None:
+            return self.weights_bytes + self.kv_bytes + self.activations_bytes
+        return max(self.weights_bytes, int((self.utilization or 0.9) * gpu_pool_bytes))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The guard's answer: fits or not, the figures behind it, and the fix."""
+
+    ok: bool
+    host: str
+    kind: HostKind
+    pool_bytes: int
+    need: dict[str, int]  # label -> bytes, in the order the message lists them
+    headroom_bytes: int  # the tightest check's headroom
+    margin_bytes: int
+    largest_kv_bytes: int  # the largest --kv-cache-memory-bytes that passes every check
+    serves: dict[str, int] | None  # {seqs, context} the largest cache holds, from plan_memory
+    message: str
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "host": self.host,
+            "kind": self.kind,
+            "pool_bytes": self.pool_bytes,
+            "need": dict(self.need),
+            "headroom_bytes": self.headroom_bytes,
+            "margin_bytes": self.margin_bytes,
+            "largest_kv_bytes": self.largest_kv_bytes,
+            "serves": self.serves,
+            "message": self.message,
+            "problems": list(self.problems),
+        }
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo as bytes per field ("MemTotal:  125535208 kB" -> 128548052992)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"^([A-Za-z0-9_()]+):\s+(\d+)(?:\s+kB)?\s*$", line)
+        if match:
+            unit = 1024 if line.rstrip().endswith("kB") else 1
+            out[match.group(1)] = int(match.group(2)) * unit
+    return out
+
+
+def _mib(value: str) -> int | None:
+    value = value.strip().removesuffix("MiB").strip()
+    return int(float(value) * MIB) if re.fullmatch(r"\d+(\.\d+)?", value) else None
+
+
+def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
+    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits`
+    (a header line or units are tolerated; "[N/A]" memory is kept as unknown)."""
+    procs = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue  # header, "No running processes found", blank
+        procs.append(GpuProcess(int(parts[0]), ",".join(parts[1:-1]), _mib(parts[-1])))
+    return tuple(procs)
+
+
+def parse_gpu_total(text: str) -> int | None:
+    """`nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits`: the first GPU's
+    memory in bytes, or None for "[N/A]" (a GB10's unified memory) or no output."""
+    for line in text.splitlines():
+        value = _mib(line)
+        if value:
+            return value
+    return None
+
+
+def host_kind(osrelease: str) -> HostKind:
+    """WSL2 kernels name themselves "...-microsoft-standard-WSL2"."""
+    return "wsl2" if "microsoft" in osrelease.lower() else "native"
+
+
+def host_facts(
+    *,
+    meminfo: str,
+    osrelease: str = "",
+    kind: str = "auto",
+    compute_apps: str = "",
+    gpu_total: str = "",
+    own_pids: list[int] | None = None,
+) -> HostFacts:
+    """Parse what the host's files and tools printed into HostFacts."""
+    mem = parse_meminfo(meminfo)
+    if "MemTotal" not in mem or "MemAvailable" not in mem:
+        raise UserError(
+            "the memory file has no MemTotal/MemAvailable lines: point the guard at the "
+            "host's /proc/meminfo (vllm_serving_memory_meminfo_path)"
+        )
+    resolved: HostKind = host_kind(osrelease) if kind == "auto" else kind  # type: ignore[assignment]
+    return HostFacts(
+        kind=resolved,
+        mem_total_bytes=mem["MemTotal"],
+        mem_available_bytes=mem["MemAvailable"],
+        gpu_total_bytes=parse_gpu_total(gpu_total),
+        gpu_processes=parse_compute_apps(compute_apps),
+        own_pids=frozenset(own_pids or ()),
+    )
+
+
+def launch_need(profile: Profile, settings: GuardSettings) -> LaunchNeed:
+    """What a launch of `profile` takes, before the host is known."""
+    act_gb = settings.activations_gb
+    if act_gb is None:
+        act_gb = ACTIVATIONS_GB[profile.platform]
+    kv = profile.vllm.kv_cache_memory_bytes
+    if profile.platform == "cpu":
+        space = profile.env.get("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_DEFAULT_GIB))
+        kv = int(float(space) * GIB)
+    return LaunchNeed(
+        weights_bytes=int(profile.weights_gib * GIB),
+        kv_bytes=kv,
+        activations_bytes=int(act_gb * GB),
+        utilization=profile.vllm.gpu_memory_utilization,
+    )
+
+
+def settings_of(serving: Any) -> GuardSettings:
+    """GuardSettings from the inventory's vllm_serving_memory_* (a ServingVars or any object
+    with those attributes, without the prefix)."""
+    return GuardSettings(
+        total_gb=serving.memory_total_gb,
+        os_reserve_gb=serving.memory_os_reserve_gb,
+        windows_share_gb=serving.memory_windows_share_gb,
+        activations_gb=serving.memory_activations_gb,
+        margin_gb=serving.memory_margin_gb,
+        wsl_linux_gb=serving.memory_wsl_linux_gb,
+    )
+
+
+def start_context(profile: Profile, serving: Any) -> dict[str, Any]:
+    """What templates/serving/memory-guard.sh.j2 needs: the bars for both host kinds."""
+    settings = settings_of(serving)
+    return {
+        "enabled": bool(serving.memory_guard),
+        "kind": serving.memory_host_kind,
+        "meminfo_path": serving.memory_meminfo_path,
+        "bar_native": start_bar_bytes(profile, settings, "native"),
+        "bar_wsl2": start_bar_bytes(profile, settings, "wsl2"),
+        "margin": int(settings.margin_gb * GB),
+    }
+
+
+def start_bar_bytes(profile: Profile, settings: GuardSettings, kind: HostKind) -> int:
+    """MemAvailable, after dropping the page cache, below which vLLM must not start."""
+    if kind == "wsl2":
+        return int(settings.wsl_linux_gb * GB)
+    pool = int((settings.total_gb or GB10_TOTAL_GB) * GB)
+    return launch_need(profile, settings).vllm_bytes(pool) + int(settings.margin_gb * GB)
+
+
+def _gb(value: int) -> str:
+    return f"{value / GB:.1f} GB"
+
+
+def check_launch(
+    profile: Profile,
+    facts: HostFacts,
+    settings: GuardSettings | None = None,
+    *,
+    host: str = "this host",
+    hf_config: dict[str, Any] | None = None,
+    seqs: int | None = None,
+) -> Verdict:
+    """Add up the launch and what must stay; refuse below the margin (see the module doc)."""
+    settings = settings or GuardSettings()
+    need = launch_need(profile, settings)
+    margin = int(settings.margin_gb * GB)
+    wsl = facts.kind == "wsl2"
+    if settings.total_gb is not None:
+        pool = int(settings.total_gb * GB)
+    else:
+        pool = int(GB10_TOTAL_GB * GB) if wsl else facts.mem_total_bytes
+    reserve = int((settings.windows_share_gb if wsl else settings.os_reserve_gb) * GB)
+    others = facts.others()
+    other_bytes = sum(p.used_bytes or 0 for p in others)
+    gpu_pool = facts.gpu_total_bytes or (pool - reserve if wsl else facts.mem_total_bytes)
+    vllm = need.vllm_bytes(gpu_pool)
+
+    parts: dict[str, int] = {"weights": need.weights_bytes}
+    if need.kv_bytes is not None:
+        parts["KV cache"] = need.kv_bytes
+        parts["activations and CUDA graphs"] = need.activations_bytes
+    else:
+        parts[f"KV cache and activations (utilization {need.utilization or 0.9:g})"] = (
+            vllm - need.weights_bytes
+        )
+    parts["Windows share" if wsl else "OS reserve"] = reserve
+    parts["other GPU processes"] = other_bytes
+
+    # (name, limit, what else must fit beside vLLM in it)
+    beside = reserve + other_bytes
+    checks = [("memory", pool, beside)]
+    if facts.gpu_total_bytes is not None:
+        checks.append(("GPU memory", facts.gpu_total_bytes, other_bytes))
+    if not wsl:
+        checks.append(("available memory", facts.mem_available_bytes + facts.own_gpu_bytes(), 0))
+    # What a sized cache costs besides itself (weights, activations) gives the largest cache.
+    fixed = need.weights_bytes + need.activations_bytes
+    problems: list[str] = []
+    headroom: int | None = None
+    largest: int | None = None
+    for name, limit, others_there in checks:
+        left = limit - others_there - vllm
+        headroom = left if headroom is None else min(headroom, left)
+        room = limit - others_there - fixed - margin
+        largest = room if largest is None else min(largest, room)
+        if left < margin:
+            problems.append(
+                f"{name} {_gb(limit)} less {_gb(others_there)} held for others and the "
+                f"launch's {_gb(vllm)} leaves {_gb(left)}, under the {_gb(margin)} margin"
+            )
+    assert headroom is not None and largest is not None
+    largest = max(0, largest) // MIB * MIB
+    if wsl and facts.mem_available_bytes < int(settings.wsl_linux_gb * GB):
+        problems.append(
+            f"WSL2's Linux side has {_gb(facts.mem_available_bytes)} available, under "
+            f"{settings.wsl_linux_gb:g} GB: close programs in Windows and WSL, or give WSL "
+            "more memory in .wslconfig"
+        )
+
+    serves = _serves(profile, hf_config, largest, seqs) if largest else None
+    message = _message(profile, host, parts, pool, problems, largest, serves, others, need)
+    return Verdict(
+        ok=not problems,
+        host=host,
+        kind=facts.kind,
+        pool_bytes=pool,
+        need=parts,
+        headroom_bytes=headroom,
+        margin_bytes=margin,
+        largest_kv_bytes=largest,
+        serves=serves,
+        message=message,
+        problems=problems,
+    )
+
+
+def _serves(
+    profile: Profile, hf_config: dict[str, Any] | None, kv_bytes: int, seqs: int | None
+) -> dict[str, int] | None:
+    """Sequences of max_model_len tokens a `kv_bytes` cache holds, through plan_memory."""
+    config = hf_config or profile.hf_config
+    if not config:
+        return None
+    dtype = profile.vllm.kv_cache_dtype or "bf16"
+    dtype = "bf16" if dtype in ("auto", "bfloat16") else dtype
+    weights_gb = profile.weights_gib * GIB / GB
+    plan = plan_memory(
+        config,
+        kv_dtype=dtype,
+        memory_gb=weights_gb + kv_bytes / GB,
+        weights_gb=weights_gb,
+        seqs=seqs or profile.vllm.max_num_seqs,
+        context=profile.vllm.max_model_len,
+    )
+    return {
+        "seqs": plan.seqs_at_context,
+        "context": plan.context,
+        "usable_context_at_seqs": plan.usable_ctx_per_seq or 0,
+        "at_seqs": plan.seqs,
+    }
+
+
+def _message(profile, host, parts, pool, problems, largest, serves, others, need) -> str:
+    """One line: the sum, and either "fits" or the refusal with its fix."""
+    total = sum(parts.values())
+    summed = " + ".join(f"{label} {_gb(value)}" for label, value in parts.items())
+    head = f"{host}: {profile.name} needs {summed} = {_gb(total)} of {_gb(pool)}"
+    if not problems:
+        return f"{head}: fits"
+    if largest <= 0:
+        fix = (
+            "the weights and activations alone leave no room for a KV cache: use smaller "
+            "(quantised) weights, or free memory"
+        )
+    elif need.kv_bytes is None:
+        fix = (
+            f"size the cache directly with vllm.kv_cache_memory_bytes: {largest} "
+            f"({largest / GIB:.1f} GiB) or less"
+        )
+    else:
+        fix = (
+            f"set vllm.kv_cache_memory_bytes to {largest} ({largest / GIB:.1f} GiB) or less"
+            if profile.platform == "gb10"
+            else f"set env VLLM_CPU_KVCACHE_SPACE to {largest // GIB} (GiB) or less"
+        )
+    if serves:
+        fix += (
+            f", which holds {serves['seqs']:,} sequences x {serves['context']:,} tokens "
+            f"({serves['at_seqs']:,} sequences x {serves['usable_context_at_seqs']:,} tokens)"
+        )
+    if others:
+        fix += (
+            ", or stop the other GPU processes ("
+            + ", ".join(f"{p.pid} {p.name}" for p in others)
+            + ")"
+        )
+    return f"{head}: refused, {'; '.join(problems)}. Fix: {fix}"
