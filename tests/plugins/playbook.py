@@ -6,8 +6,9 @@ the environment and the PLAY RECAP regex each in their own way; here it is done 
 the README tells a user to run them (``ANSIBLE_CONFIG=ansible/ansible.cfg``, the venv's
 ``ansible-playbook``), so a test differs from another only in what it asks of the playbook.
 
-- `run_playbook(playbook, inventory, *args, check=, diff=, extra_vars=, env=, ...)` runs one
-  to the end and returns a `PlaybookRun` (exit status, stdout, stderr, seconds, recap per host).
+- `run_playbook(playbook, inventory, *args, check=, diff=, extra_vars=, env=, inherit_env=,
+  cwd=, timeout=)` runs one to the end and returns a `PlaybookRun` (exit status, stdout,
+  stderr, seconds, recap per host).
 - `start_playbook(...)` starts one (stdout and stderr merged) for tests that run several at
   once or watch the output as it comes; `finish(process)` turns it into a `PlaybookRun`.
 - `parse_recap(text)` reads the PLAY RECAP lines: host -> `Recap(ok, changed, unreachable,
@@ -149,7 +150,7 @@ def playbook_command(
     return [*command, *args]
 
 
-def run_playbook(
+def start_playbook(
     playbook: str | Path,
     inventory: str | Path,
     *args: str,
@@ -159,64 +160,50 @@ def run_playbook(
     env: Mapping[str, str] | None = None,
     inherit_env: bool = True,
     cwd: str | Path | None = None,
-    timeout: float = 900,
-) -> PlaybookRun:
-    """Run one playbook to the end (raises subprocess.TimeoutExpired past ``timeout``)."""
-    command = playbook_command(
-        playbook, inventory, *args, check=check, diff=diff, extra_vars=extra_vars
-    )
-    start = time.monotonic()
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        env=playbook_env(env, inherit=inherit_env),
-        cwd=cwd,
-        timeout=timeout,
-        check=False,
-    )
-    return PlaybookRun(
-        rc=result.returncode,
-        stdout=result.stdout,
-        stderr=result.stderr,
-        seconds=time.monotonic() - start,
-        recap=parse_recap(result.stdout),
-    )
-
-
-def start_playbook(
-    playbook: str | Path,
-    inventory: str | Path,
-    *args: str,
-    check: bool = False,
-    diff: bool = False,
-    extra_vars: Mapping[str, Any] | None = None,
-    env: Mapping[str, str] | None = None,
-    cwd: str | Path | None = None,
     new_session: bool = False,
+    merge_stderr: bool = True,
 ) -> subprocess.Popen[str]:
-    """Start one playbook, stdout and stderr merged into ``process.stdout`` (line-buffered
-    text). ``new_session`` puts it in its own process group, so a test can kill ansible and
-    its workers together."""
+    """Start one playbook: its output in ``process.stdout`` as it comes (stderr merged unless
+    ``merge_stderr=False``). ``new_session`` puts it in its own process group, so a test can
+    kill ansible and its workers together."""
     command = playbook_command(
         playbook, inventory, *args, check=check, diff=diff, extra_vars=extra_vars
     )
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         text=True,
-        env=playbook_env({"PYTHONUNBUFFERED": "1", **(env or {})}),
+        env=playbook_env({"PYTHONUNBUFFERED": "1", **(env or {})}, inherit=inherit_env),
         cwd=cwd,
         start_new_session=new_session,
     )
 
 
-def finish(process: subprocess.Popen[str], timeout: float = 900, since: float = 0.0) -> PlaybookRun:
-    """Wait for a started playbook; ``seconds`` counts from ``since`` (time.monotonic())
-    when given, else it is 0."""
-    output = process.communicate(timeout=timeout)[0]
-    seconds = time.monotonic() - since if since else 0.0
+def finish(
+    process: subprocess.Popen[str], timeout: float = 900, since: float | None = None
+) -> PlaybookRun:
+    """Wait for a started playbook (killed, then subprocess.TimeoutExpired, past ``timeout``);
+    ``seconds`` counts from ``since`` (a time.monotonic() reading) when given, else it is 0."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
     return PlaybookRun(
-        rc=process.returncode, stdout=output, seconds=seconds, recap=parse_recap(output)
+        rc=process.returncode,
+        stdout=stdout,
+        stderr=stderr or "",
+        seconds=time.monotonic() - since if since is not None else 0.0,
+        recap=parse_recap(stdout),
     )
+
+
+def run_playbook(
+    playbook: str | Path, inventory: str | Path, *args: str, timeout: float = 900, **options: Any
+) -> PlaybookRun:
+    """Run one playbook to the end, stdout and stderr apart; ``options`` as `start_playbook`."""
+    since = time.monotonic()
+    process = start_playbook(playbook, inventory, *args, merge_stderr=False, **options)
+    return finish(process, timeout=timeout, since=since)
