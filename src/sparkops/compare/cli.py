@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkops.compare.runs import RunDecisions, load_gold, load_run
+from sparkops.compare.serving import Setup, load_setup, setup_diff
 from sparkops.compare.stats import Comparison, compare_decisions
 from sparkops.errors import UserError
 
@@ -48,16 +49,67 @@ def run_compare(args: argparse.Namespace) -> int:
             f"decisions, {run_b.path}: {len(run_b.decisions)}), so there is nothing to "
             "compare; pass two runs over the same input whose records finished"
         )
+    setups = (load_setup(args.run_a), load_setup(args.run_b))
     if args.json:
         out = result.as_dict()
         out["runs"] = {
             name: {"path": str(run.path), "errors": run.errors, "duplicates": run.duplicates}
             for name, run in (("a", run_a), ("b", run_b))
         }
+        out["serving"] = serving_json(*setups)
         print(json.dumps(out, indent=2))
     else:
-        print_comparison(result, run_a, run_b, args.show, Console())
+        console = Console()
+        print_comparison(result, run_a, run_b, args.show, console, setups)
     return 0
+
+
+def serving_json(a: Setup | None, b: Setup | None) -> dict[str, object]:
+    """What differed between the two runs' serving setups (None where a run has no record)."""
+    return {
+        "recorded": {"a": a is not None, "b": b is not None},
+        "changed_during": {
+            "a": a.changes_during if a else None,
+            "b": b.changes_during if b else None,
+        },
+        "differences": [c.as_dict() for c in setup_diff(a, b)] if a and b else None,
+    }
+
+
+def print_serving(a: Setup | None, b: Setup | None, console: Console) -> None:
+    """The serving setups' differences: the explanation next to the changed decisions."""
+    for name, setup in (("A", a), ("B", b)):
+        if setup is None:
+            console.print(
+                f"Run {name} has no serving record (serving.jsonl): its serving setup is unknown.",
+                soft_wrap=True,
+            )
+        elif setup.changes_during:
+            console.print(
+                f"Run {name}'s serving setup changed {setup.changes_during} time(s) during the "
+                "run (see its report): its decisions mix setups.",
+                soft_wrap=True,
+            )
+    if a is None or b is None:
+        return
+    changes = setup_diff(a, b)
+    if not changes:
+        console.print(
+            f"Serving setups: identical ({len(a.fields)} fields: vLLM version, model, max "
+            "length, cache configuration, kit, stack, GPU).",
+            soft_wrap=True,
+        )
+        return
+    table = Table(title=f"Serving setup: what differed ({len(changes)} field(s))")
+    for column in ("field", "A", "B"):
+        table.add_column(column, overflow="fold")
+    for c in changes:
+        table.add_row(c.field, _cell(c.before), _cell(c.after))
+    console.print(table)
+
+
+def _cell(value: str | None) -> str:
+    return "(absent)" if value is None else (value or "(none)")
 
 
 def _pct(value: float | None) -> str:
@@ -71,7 +123,12 @@ def _kappa(result: Comparison) -> str:
 
 
 def print_comparison(
-    result: Comparison, run_a: RunDecisions, run_b: RunDecisions, show: int, console: Console
+    result: Comparison,
+    run_a: RunDecisions,
+    run_b: RunDecisions,
+    show: int,
+    console: Console,
+    setups: tuple[Setup | None, Setup | None] = (None, None),
 ) -> None:
     summary = Table(title="Run A vs run B", show_header=False)
     summary.add_row("A", f"{run_a.path} ({len(run_a.decisions)} decisions, {run_a.errors} errors)")
@@ -110,6 +167,8 @@ def print_comparison(
             f"McNemar on correctness: only A right {test.b}, only B right {test.c}; exact "
             f"p = {test.p_exact:.4g}, chi2 = {test.chi2:.3f} (p = {test.p_chi2:.4g})"
         )
+
+    print_serving(*setups, console)
 
     if result.changed and show > 0:
         changed = Table(title=f"Changed decisions (first {min(show, len(result.changed))})")

@@ -8,7 +8,7 @@ backends, and the ceiling = whole shared blocks over prompt tokens.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +23,7 @@ from sparkops.batch.journal import (
     load_manifest,
     read_json_file,
 )
+from sparkops.batch.serving import SERVING
 from sparkops.metrics.timeline import (
     Window,
     combined_per_min,
@@ -33,6 +34,7 @@ from sparkops.metrics.timeline import (
     steady_window,
 )
 from sparkops.pipeline.check import ceiling
+from sparkops.report import serving as report_serving
 from sparkops.report.steps import (
     ABOVE_POINTS,
     StepTotals,
@@ -61,8 +63,11 @@ def load_dir(directory: Path) -> dict[str, Any]:
     t = _Telemetry({name: StepTotals() for name in reusable}, reusable)
     records = done = errors = 0
     finals: dict[str, int] = defaultdict(int)
+    epochs: Counter[Any] = Counter()  # finished records per serving epoch (report/serving.py)
     for obj in _objects(directory / RESULTS):
         records += 1
+        if "serving" in obj:
+            epochs[obj["serving"]] += 1
         ok = obj.get("status") == "done" if "status" in obj else openai_batch.is_ok(obj)
         if ok:
             done += 1
@@ -74,6 +79,8 @@ def load_dir(directory: Path) -> dict[str, Any]:
             t.add(obj, ok)
     for meta in _objects(directory / openai_batch.META):
         t.add(meta, bool(meta.get("ok")))
+        if "serving" in meta:
+            epochs[meta["serving"]] += 1
     runs: dict[Any, dict[str, float]] = defaultdict(dict)
     concurrency: dict[Any, int] = {}
     schedules: list[str] = []
@@ -108,6 +115,8 @@ def load_dir(directory: Path) -> dict[str, Any]:
         "schedules": schedules,
         "latencies": t.latencies,
         "stall_events": stalls,
+        "serving_lines": list(_objects(directory / SERVING)),
+        "serving_epochs": dict(epochs),
     }
 
 
@@ -217,6 +226,9 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         "wall_s": _r(span),
         "finals": data["finals"],
         "stalled_endpoints": stall.summarise(data.get("stall_events", [])),
+        "serving": report_serving.summarise(
+            data.get("serving_lines", []), data.get("serving_epochs", {})
+        ),
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from sparkops.batch import stall
 from sparkops.files import write_atomic, write_figure
 from sparkops.metrics.timeline import completion_rate_series, hit_rate_series
+from sparkops.report import serving as report_serving
 from sparkops.report.compute import compute_report, load_dir
 
 ROWS = [
@@ -50,6 +51,7 @@ def markdown(report: dict[str, Any], name: str) -> str:
             )
     if report.get("steps"):
         lines += _steps_table(report["steps"], report.get("hit_rate_verdict"))
+    lines += report_serving.markdown_lines(report.get("serving"))
     return "\n".join(lines) + "\n"
 
 
@@ -66,6 +68,11 @@ def _notes(report: dict[str, Any]) -> list[str]:
     if report.get("prefix_cache_hit_rate_note"):
         notes.append(report["prefix_cache_hit_rate_note"])
     notes += [stall.sentence(row) for row in report.get("stalled_endpoints") or []]
+    if changes := (report.get("serving") or {}).get("changes"):
+        notes.append(
+            f"The serving setup changed {len(changes)} time(s) during the job (see Serving "
+            "record below): figures over the whole job mix the setups."
+        )
     return ["", *notes] if notes else []
 
 

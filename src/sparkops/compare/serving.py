@@ -1,0 +1,79 @@
+"""What differed between two runs' serving setups (for `sparkops compare`).
+
+Each run's setup is read from its serving.jsonl (batch/serving.py): the endpoints'
+identities at the start (paired by position: the URLs themselves differ between runs), the
+kit's version, the deployed stack's record and the GPU's identity. A difference in these,
+next to the decisions that changed, is the explanation a comparison such as FP8 vs 4-bit
+needs; a run whose setup changed mid-way is flagged, since its decisions mix two setups.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkops.batch.journal import iter_results
+from sparkops.batch.serving import SERVING
+from sparkops.batch.serving_record import Change, diff
+
+# GPU fields that describe the hardware and its software, not the moment (clocks, pstate).
+GPU_FIELDS = ("name", "driver_version", "cuda_version", "power.limit", "clocks.max.sm")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One run's serving setup, flattened to `{field: text}`, and its mid-run changes."""
+
+    fields: dict[str, str]
+    changes_during: int
+
+
+def load_setup(run: Path) -> Setup | None:
+    """The setup of a run directory (or of the directory of its results.jsonl); None when
+    the run has no serving record (made before the kit kept one)."""
+    directory = run if run.is_dir() else run.parent
+    lines = [x for x in iter_results(directory / SERVING) if isinstance(x, dict)]
+    starts = [x for x in lines if x.get("event") == "start"]
+    if not starts:
+        return None
+    first = starts[0]
+    changed = sum(1 for x in lines if x.get("event") == "change" and x.get("changes"))
+    changed += sum(1 for x in starts[1:] if x.get("changes"))
+    return Setup(flatten(first), changed)
+
+
+def flatten(start: dict[str, Any]) -> dict[str, str]:
+    """A start line's setup as comparable fields (endpoint identities by position)."""
+    out: dict[str, str] = {}
+    endpoints = start.get("endpoints") if isinstance(start.get("endpoints"), dict) else {}
+    many = len(endpoints) > 1
+    for index, ident in enumerate(endpoints.values(), start=1):
+        prefix = f"endpoint {index} " if many else ""
+        if not isinstance(ident, dict):
+            continue
+        for key, value in ident.items():
+            out[prefix + key] = _text(value)
+    out["kit_version"] = _text(start.get("kit_version"))
+    stack = start.get("stack")
+    if isinstance(stack, dict):
+        for key, value in stack.items():
+            out[f"stack.{key}"] = _text(value)
+    gpu = start.get("gpu")
+    ident = gpu.get("gpu") if isinstance(gpu, dict) else None
+    if isinstance(ident, dict):
+        for key in GPU_FIELDS:
+            if ident.get(key) is not None:
+                out[f"gpu.{key}"] = _text(ident[key])
+    return out
+
+
+def setup_diff(a: Setup, b: Setup) -> list[Change]:
+    return diff(a.fields, b.fields)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)

@@ -1,0 +1,164 @@
+"""The report's serving section: what served the job and where it changed (pure).
+
+Reads the lines of DIR/serving.jsonl (batch/serving.py) and the count of finished records
+per serving epoch (the `serving` field of results / OpenAI meta lines), and says which
+records each setup served. Server facts only; nothing here reads a record's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sparkops.batch.serving_record import Change, describe
+
+# Identity fields shown in the report's table, in this order (the rest follow).
+SHOWN = (
+    "model",
+    "max_model_len",
+    "version",
+    "root",
+    "cache.block_size",
+    "cache.cache_dtype",
+    "cache.num_gpu_blocks",
+    "cache.enable_prefix_caching",
+    "cache.prefix_caching_hash_algo",
+)
+
+
+def summarise(lines: list[dict[str, Any]], epochs: Mapping[Any, int]) -> dict[str, Any] | None:
+    """report.json's `serving`: the first start line's setup, every change, records per epoch.
+
+    None for a job without serving.jsonl (a job directory from before the record existed).
+    """
+    starts = [x for x in lines if x.get("event") == "start"]
+    if not starts:
+        return None
+    first = starts[0]
+    changes: list[dict[str, Any]] = []
+    for x in lines:
+        if x is first:
+            continue
+        if x.get("event") == "change" and x.get("changes"):
+            changes.append(_change(x, str(x.get("endpoint")), x["changes"], epochs))
+        elif x.get("event") == "start" and isinstance(x.get("changes"), dict):
+            for base, items in x["changes"].items():
+                changes.append(_change(x, base, items, epochs, between_runs=True))
+    kits = list(dict.fromkeys(str(x.get("kit_version")) for x in starts))
+    return {
+        "kit_version": first.get("kit_version"),
+        "kit_versions": kits if len(kits) > 1 else None,
+        "pipeline_fingerprint": first.get("pipeline_fingerprint"),
+        "input_fingerprint": first.get("input_fingerprint"),
+        "gpu": first.get("gpu"),
+        "stack": first.get("stack"),
+        "endpoints": first.get("endpoints") or {},
+        "changes": changes,
+        "records_by_serving": {str(k): v for k, v in sorted(epochs.items(), key=_key)},
+    }
+
+
+def _change(
+    line: dict[str, Any],
+    base: str,
+    items: list[Any],
+    epochs: Mapping[Any, int],
+    between_runs: bool = False,
+) -> dict[str, Any]:
+    epoch = line.get("serving")
+    after = 0
+    if isinstance(epoch, int):
+        after = sum(n for k, n in epochs.items() if isinstance(k, int) and k >= epoch)
+    return {
+        "t": line.get("t"),
+        "run": line.get("run"),
+        "endpoint": base,
+        "serving": epoch,
+        "between_runs": between_runs,
+        "results_from": line.get("results_from"),
+        "records_after": after,
+        "changes": [x for x in items if isinstance(x, dict)],
+    }
+
+
+def change_text(change: Mapping[str, Any]) -> str:
+    """One sentence for a change (report.md, `sparkops compare`)."""
+    items = [
+        Change(str(c.get("field")), c.get("before"), c.get("after")) for c in change["changes"]
+    ]
+    when = (
+        f"between runs (run {change.get('run')} found it changed)"
+        if change.get("between_runs")
+        else f"during run {change.get('run')}"
+    )
+    return (
+        f"Endpoint {change['endpoint']} changed {when}: {describe(items, limit=8)}; "
+        f"{change.get('records_after', 0):,} record(s) finished after it (the results lines "
+        f"after the first {change.get('results_from')}, marked serving={change.get('serving')})."
+    )
+
+
+def markdown_lines(summary: Mapping[str, Any] | None) -> list[str]:
+    """The report.md section (empty without a serving record)."""
+    if not summary:
+        return []
+    lines = ["", "## Serving record", ""]
+    if summary.get("changes"):
+        lines.append(
+            f"**The serving setup changed {len(summary['changes'])} time(s) during the job**: "
+            "figures that mix the setups mix two experiments."
+        )
+        lines += [f"- {change_text(c)}" for c in summary["changes"]]
+        lines.append("")
+    else:
+        lines += ["The serving setup did not change during the job.", ""]
+    for base, ident in (summary.get("endpoints") or {}).items():
+        lines += [f"Endpoint {base} at the start:", "", "| Field | Value |", "|---|---|"]
+        if not isinstance(ident, dict) or "unreachable" in ident:
+            why = ident.get("unreachable") if isinstance(ident, dict) else "no answer"
+            lines += [f"| unreachable | {why} |", ""]
+            continue
+        fields = [k for k in SHOWN if k in ident] + sorted(k for k in ident if k not in SHOWN)
+        lines += [f"| {k} | {_cell(ident[k])} |" for k in fields]
+        lines.append("")
+    lines.append(f"- Kit version: {summary.get('kit_version')}")
+    if summary.get("kit_versions"):
+        lines.append(f"- Kit versions over the runs: {', '.join(summary['kit_versions'])}")
+    lines.append(
+        f"- Pipeline fingerprint {summary.get('pipeline_fingerprint')}, input fingerprint "
+        f"{summary.get('input_fingerprint')}"
+    )
+    lines.append(f"- GPU: {gpu_text(summary.get('gpu'))}")
+    lines.append(f"- Stack: {stack_text(summary.get('stack'))}")
+    return lines
+
+
+def gpu_text(gpu: Any) -> str:
+    """The GPU state in a phrase (sparkops-gpu-check --json's object, or why it is absent)."""
+    if not isinstance(gpu, dict):
+        return "unavailable"
+    if "unavailable" in gpu:
+        return f"unavailable ({gpu['unavailable']})"
+    ident = gpu.get("gpu") if isinstance(gpu.get("gpu"), dict) else {}
+    parts = [f"{k} {v}" for k, v in ident.items() if v not in (None, "")]
+    parts.append(f"check: {gpu.get('state')}")
+    return ", ".join(parts)
+
+
+def stack_text(stack: Any) -> str:
+    """The deployed stack in a phrase (profile, image), or how to record it."""
+    if not isinstance(stack, dict):
+        return "not recorded (pass --stack-record DIR/stack-record.json from the deploy)"
+    keys = ("profile", "image", "base_image", "base_digest", "host", "role")
+    parts = [f"{k} {stack[k]}" for k in keys if stack.get(k)]
+    return ", ".join(parts) or "recorded (see serving.jsonl)"
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return (text or "(none)").replace("|", "\\|")
+
+
+def _key(item: tuple[Any, int]) -> tuple[int, str]:
+    k = item[0]
+    return (k, "") if isinstance(k, int) else (1 << 30, str(k))
