@@ -21,7 +21,7 @@ import pytest
 
 from tests.plugins.hosts import Host, put_fixture, set_gpu_state
 from tests.plugins.playbook import PlaybookRun
-from tests.plugins.provision import JOB_USER, NVIDIA_REPO, provision, write_inventory
+from tests.plugins.provision import JOB_USER, NVIDIA_REPO, prepare, provision, write_inventory
 
 # Three playbook runs happen in the first test's setup: allow for a loaded 2-core machine.
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
@@ -47,9 +47,7 @@ def converged(
     systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
 ) -> Converged:
     host = systemd_host(arch="amd64", docker=True)
-    host.exec(["useradd", "--create-home", JOB_USER], check=True)
-    put_fixture(host, "nvidia-smi")
-    set_gpu_state(host, "load")
+    prepare(host)
     inventory = write_inventory(tmp_path_factory.mktemp("inventory"), host)
 
     check = provision(inventory, "--check", "--diff", *NOT_CLI)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.plugins.hosts import Host, put_fixture, set_gpu_state
+from tests.plugins.hosts import Host
 from tests.plugins.playbook import PlaybookRun
-from tests.plugins.provision import JOB_USER, provision, write_inventory
+from tests.plugins.provision import prepare, provision, write_inventory
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -43,9 +43,7 @@ class Laptop:
 @pytest.fixture(scope="module")
 def laptop(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory) -> Laptop:
     host = systemd_host(arch="arm64")
-    host.exec(["useradd", "--create-home", JOB_USER], check=True)
-    put_fixture(host, "nvidia-smi")
-    set_gpu_state(host, "stuck")
+    prepare(host, gpu_state="stuck")
     inventory = write_inventory(tmp_path_factory.mktemp("laptop"), host, LAPTOP_VARS)
     first = provision(inventory, "--tags", "host_tuning", timeout=1700)
     assert first.rc == 0, first.output[-4000:]

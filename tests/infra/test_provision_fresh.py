@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.plugins.hosts import Host, put_fixture, set_gpu_state
+from tests.plugins.hosts import Host
 from tests.plugins.playbook import PlaybookRun, run_playbook
-from tests.plugins.provision import JOB_USER
+from tests.plugins.provision import JOB_USER, prepare
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -102,9 +102,7 @@ def pair(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFac
     hosts = [systemd_host(arch="amd64"), systemd_host(arch="amd64")]
     for host in hosts:
         host.exec(["dpkg", "--purge", "python3-apt"], check=True)
-        host.exec(["useradd", "--create-home", JOB_USER], check=True)
-        put_fixture(host, "nvidia-smi")
-        set_gpu_state(host, "load")
+        prepare(host)
     return Pair(hosts, write_inventory(tmp_path_factory.mktemp("inventory"), hosts))
 
 

@@ -34,11 +34,9 @@ from tests.plugins.hosts import (
     Host,
     docker_ce_standin,
     offline,
-    put_fixture,
-    set_gpu_state,
 )
 from tests.plugins.playbook import PlaybookRun, start_playbook
-from tests.plugins.provision import JOB_USER, provision, write_inventory
+from tests.plugins.provision import JOB_USER, prepare, provision, write_inventory
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -49,14 +47,6 @@ ENGINE_FAMILY = ("docker-ce", "docker-ce-cli", "containerd.io")
 # starts leaves the restart handler notified but never run.
 AFTER_WIRING = "TASK [container_runtime : Add the job users to the docker group]"
 RESTART = re.compile(r"RUNNING HANDLER \[container_runtime : Restart Docker\][^\n]*\n(changed|ok)")
-
-
-def prepare(host: Host) -> None:
-    """The job user and the GPU tool fixtures, as on a Spark."""
-    host.exec(["useradd", "--create-home", JOB_USER], check=True)
-    for tool in ("nvidia-smi", "nvidia-ctk"):
-        put_fixture(host, tool)
-    set_gpu_state(host, "load")
 
 
 def installed(host: Host, package: str) -> bool:
@@ -116,7 +106,7 @@ def docker_ce(
     systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
 ) -> DockerCeHost:
     host = systemd_host(arch="amd64", docker=True)
-    prepare(host)
+    prepare(host, tools=("nvidia-smi", "nvidia-ctk"))
     docker_ce_standin(host, "install")
     # The state under test: Docker CE's engine runs, compose v2 is missing.
     assert all(installed(host, p) for p in ENGINE_FAMILY)
@@ -214,7 +204,7 @@ def interrupted(
     systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
 ) -> Interrupted:
     host = systemd_host(arch="amd64", docker=True)
-    prepare(host)
+    prepare(host, tools=("nvidia-smi", "nvidia-ctk"))
     directory = tmp_path_factory.mktemp("interrupted")
     ghost = write_inventory(
         directory / "ghost", host, {"container_runtime_docker_users": [JOB_USER, GHOST]}

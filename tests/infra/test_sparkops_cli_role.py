@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugins.hosts import Host, offline, put_fixture, run_docker, set_gpu_state
+from tests.plugins.hosts import Host, offline, run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
-from tests.plugins.provision import JOB_USER, provision, write_inventory
+from tests.plugins.provision import JOB_USER, prepare, provision, write_inventory
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -47,9 +47,7 @@ def installed(
     systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
 ) -> Installed:
     host = systemd_host(arch="amd64")
-    host.exec(["useradd", "--create-home", JOB_USER], check=True)
-    put_fixture(host, "nvidia-smi")  # preflight reads the GPU (a stand-in: no GB10 here)
-    set_gpu_state(host, "load")
+    prepare(host)  # the job user; preflight reads the GPU (a stand-in: no GB10 here)
     # The host installs the dependencies from a wheel folder, as an offline Spark would: the
     # test bed's containers cannot verify the machine's TLS-inspecting proxy to reach an index.
     wheelhouse = tmp_path_factory.mktemp("wheelhouse")

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.plugins.hosts import Host, inventory
+from tests.plugins.hosts import Host, inventory, put_fixture, set_gpu_state
 from tests.plugins.playbook import PlaybookRun, run_playbook
 
 JOB_USER = "researcher"
@@ -34,6 +34,15 @@ TEST_VARS: dict[str, Any] = {
     "container_runtime_nvidia_repo_url": NVIDIA_REPO,
     "container_runtime_nvidia_repo_key_url": "https://nvidia-repo.invalid/gpgkey",
 }
+
+
+def prepare(host: Host, tools: tuple[str, ...] = ("nvidia-smi",), gpu_state: str = "load") -> None:
+    """Make a fresh test host look like a Spark to the roles: the job user, the GPU tool
+    stand-ins ``tools`` (the roles and preflight read the GPU) and the GPU's ``gpu_state``."""
+    host.exec(["useradd", "--create-home", JOB_USER], check=True)
+    for tool in tools:
+        put_fixture(host, tool)
+    set_gpu_state(host, gpu_state)
 
 
 def write_inventory(directory: Path, host: Host, extra: dict[str, Any] | None = None) -> Path:
