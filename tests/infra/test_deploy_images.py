@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from tests.plugins.hosts import image_ref, run_docker
 from tests.plugins.playbook import start_playbook
+from tests.plugins.vllm_server import mounted_venv_vars
 
 pytestmark = pytest.mark.infra
 
@@ -45,17 +45,6 @@ PLAY = """
 """
 
 
-def _venv_mounts() -> list[str]:
-    python = paths.vllm_python()
-    venv = python.parent.parent
-    cfg = dict(
-        line.split(" = ", 1)
-        for line in (venv / "pyvenv.cfg").read_text().splitlines()
-        if " = " in line
-    )
-    return [str(venv), str(Path(cfg["home"]).parent)]
-
-
 def _serving(base: str, **extra) -> dict:
     return {
         "vllm_serving_profile": "cpu-tiny",
@@ -69,12 +58,7 @@ def _serving(base: str, **extra) -> dict:
 def _cases() -> dict[str, tuple[dict, list[str] | None]]:
     """inventory vars (group all) -> words the failure names, or None: passes."""
     amd64, arm64 = image_ref("amd64"), image_ref("arm64")
-    venv, home = _venv_mounts()
-    mounted = _serving(
-        amd64,
-        vllm_serving_extra_volumes=[venv, home],
-        vllm_serving_extra_env={"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin"},
-    )
+    mounted = _serving(amd64, **mounted_venv_vars())
     return {
         "missing-user-image": (
             _serving("sparkops/no-such-image:test"),
@@ -194,11 +178,9 @@ def test_the_router_image_is_built_for_real_and_passes_its_checks(docker_engine,
     shutil.copytree(REPO / "docker", context)
     if HOST_CA_BUNDLE.is_file():  # pip in the build trusts what this machine trusts
         shutil.copy(HOST_CA_BUNDLE, context / "litellm" / "extra-ca.pem")
-    venv, home = _venv_mounts()
     group_vars = _serving(
         image_ref("amd64"),
-        vllm_serving_extra_volumes=[venv, home],
-        vllm_serving_extra_env={"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin"},
+        **mounted_venv_vars(),
         vllm_serving_topology="data-parallel",
         vllm_serving_build_dir=str(tmp_path / "build"),
         litellm_router_image=image,

