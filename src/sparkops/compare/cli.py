@@ -100,7 +100,8 @@ def print_serving(a: Setup | None, b: Setup | None, console: Console) -> None:
             soft_wrap=True,
         )
         return
-    table = Table(title=f"Serving setup: what differed ({len(changes)} field(s))")
+    console.print(f"Serving setup: what differed ({len(changes)} field(s))", soft_wrap=True)
+    table = Table()
     for column in ("field", "A", "B"):
         table.add_column(column, overflow="fold")
     for c in changes:
