@@ -2,14 +2,22 @@
 
 Each command family lives in its own module exposing `register(subparsers)`; this file only
 lists them, so adding a command never means editing another command's code.
+
+Conventions every command gets from here: `--version`; every option's default shown in its
+`--help`; one line on stderr and a documented exit status for anything a user can cause (2
+usage or configuration, 1 stopped, 130 interrupted); and output piped into a reader that
+stops early (`sparkops ... | head -1`) ends quietly with 141, as a shell reports a command
+ended by SIGPIPE, instead of a BrokenPipeError traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
+from sparkops import __version__
 from sparkops.errors import Interrupted, JobStopped, UserError
 
 # One line per command family; each module defines register(subparsers).
@@ -25,18 +33,73 @@ COMMAND_MODULES = [
 ]
 
 
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    """Appends "(default: X)" to an option's help unless the help already says its default;
+    options without one (None, False, an empty list) say nothing, as click's show_default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if not _has_default(action) or "default" in (action.help or "").lower():
+            return action.help
+        return f"{action.help or ''} (default: %(default)s)".lstrip()
+
+
+def _has_default(action: argparse.Action) -> bool:
+    """An option whose default is worth saying (not None, False, [] or suppressed)."""
+    default = action.default
+    return bool(action.option_strings) and not (
+        default is None or default is False or default == [] or default is argparse.SUPPRESS
+    )
+
+
+class RawDefaultsShown(DefaultsShown, argparse.RawDescriptionHelpFormatter):
+    """DefaultsShown for parsers whose epilog is laid out by hand (exit status tables)."""
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give every parser, sub-commands included, the defaults-showing formatter."""
+    raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
+    parser.formatter_class = RawDefaultsShown if raw else DefaultsShown
+    for action in parser._actions:
+        if action.help is None and _has_default(action):
+            action.help = "(default: %(default)s)"  # argparse prints no line for None
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _show_defaults(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkops",
         description="Batch research inference with vLLM on DGX Spark / RTX Spark.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    _show_defaults(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status (see the module docstring)."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # here, so a closed pipe is caught below, not at exit
+    except BrokenPipeError:
+        # The reader stopped (`| head`): nothing more can be said on stdout; point it at
+        # /dev/null so the interpreter's own flush at exit does not report the pipe again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C while the command modules load (seconds on a busy box)

@@ -8,6 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markdown import Markdown
 
+from sparkops.batch.options import add_job_options, job_settings
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="benchmarks against a running deployment")
@@ -16,32 +18,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sweep",
         help="run the batch client at several concurrencies; table, report and plots",
     )
-    sweep.add_argument(
-        "--endpoint", action="append", required=True, help="vLLM or router base URL (repeatable)"
-    )
     sweep.add_argument("--pipeline", type=Path, required=True, help="pipeline YAML")
     sweep.add_argument("--input", type=Path, required=True, help="records (JSONL or CSV)")
     sweep.add_argument(
         "--levels",
         default="1,240,480,960",
-        help="comma-separated concurrencies (default 1,240,480,960)",
+        help="comma-separated concurrencies, one job each (batch run's --concurrency)",
     )
-    sweep.add_argument("--out", type=Path, required=True, help="output directory")
+    sweep.add_argument(
+        "--out", type=Path, required=True, help="output directory (one job directory per level)"
+    )
     sweep.add_argument(
         "--cold",
         action="store_true",
         help="reset each vLLM server's prefix cache before every level "
         "(needs VLLM_SERVER_DEV_MODE=1 on the servers)",
     )
-    sweep.add_argument("--id-field", default="id")
-    sweep.add_argument("--api-key-env", help="environment variable holding the API key")
-    sweep.add_argument(
-        "--sample-interval",
-        type=float,
-        default=1.0,
-        help="seconds between /metrics samples (default 1)",
-    )
-    sweep.add_argument("--no-progress", action="store_true", help="no live progress display")
+    # Every other option is batch run's own (batch/options.py): same name, default and help.
+    add_job_options(sweep)
     sweep.set_defaults(func=run)
 
 
@@ -52,16 +46,12 @@ def run(args: argparse.Namespace) -> int:
 
     result = run_sweep(
         SweepConfig(
-            endpoints=args.endpoint,
             pipeline=args.pipeline,
             input=args.input,
             levels=parse_levels(args.levels),
             out=args.out,
             cold=args.cold,
-            id_field=args.id_field,
-            api_key_env=args.api_key_env,
-            sample_interval=args.sample_interval,
-            progress=not args.no_progress,
+            job=job_settings(args),
         )
     )
     console = Console()

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sparkops.batch.endpoints import normalise_base
 from sparkops.batch.job import JobConfig, run_job
@@ -30,18 +31,22 @@ SWEEP_MD = "sweep.md"
 
 @dataclass
 class SweepConfig:
-    """Everything a sweep needs; mirrors `sparkops bench sweep` options."""
+    """Everything a sweep needs; mirrors `sparkops bench sweep` options.
 
-    endpoints: list[str]
+    `job` holds the JobConfig settings every level's job runs with (`endpoints` among them),
+    as `batch.options.job_settings` reads them from the shared batch options.
+    """
+
     pipeline: Path
     input: Path
     levels: list[int]
     out: Path
     cold: bool = False
-    id_field: str = "id"
-    api_key_env: str | None = None
-    sample_interval: float = 1.0
-    progress: bool = True
+    job: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def endpoints(self) -> list[str]:
+        return list(self.job.get("endpoints") or [])
 
 
 @dataclass
@@ -103,17 +108,14 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
             for endpoint in cfg.endpoints:
                 reset_prefix_cache(endpoint)
         directory = level_dir(cfg.out, concurrency)
+        settings = {**cfg.job, "endpoints": cfg.endpoints}
         run_job(
             JobConfig(
                 input=cfg.input,
                 out=directory,
-                endpoints=list(cfg.endpoints),
                 pipeline=cfg.pipeline,
                 concurrency=concurrency,
-                id_field=cfg.id_field,
-                api_key_env=cfg.api_key_env,
-                sample_interval=cfg.sample_interval,
-                progress=cfg.progress,
+                **settings,
             )
         )
         summaries.append(

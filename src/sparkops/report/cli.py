@@ -1,8 +1,9 @@
-"""`sparkops report DIR`."""
+"""`sparkops report DIR [--json]`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from sparkops.report.render import markdown, write_report
@@ -13,10 +14,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "report", help="write report.json, report.md, throughput.png into DIR"
     )
     p.add_argument("dir", type=Path)
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the report as JSON (report.json's content) instead of Markdown",
+    )
     p.set_defaults(func=_report)
 
 
 def _report(args: argparse.Namespace) -> int:
     report = write_report(args.dir)
-    print(markdown(report, args.dir.name), end="")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(markdown(report, args.dir.name), end="")
     return 0

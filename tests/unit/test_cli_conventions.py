@@ -1,0 +1,184 @@
+"""What a user expects of any CLI: --version, defaults in --help, JSON output, quiet pipes,
+and `batch run` / `bench sweep` taking their shared options from one declaration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import sparkops
+from sparkops import cli
+from sparkops.batch.job import JobConfig
+from sparkops.batch.journal import prepare_dir
+from sparkops.batch.options import JOB_OPTIONS, job_settings
+from tests.plugins.job_dir import manifest
+
+SPARKOPS = [sys.executable, "-m", "sparkops.cli"]
+# What only `batch run` has: a sweep runs its own input per level and replaces
+# --concurrency by --levels.
+BATCH_ONLY = {"--help", "--pipeline", "--input", "--out", "--concurrency"}
+
+
+def subparser(parser: argparse.ArgumentParser, *path: str) -> argparse.ArgumentParser:
+    for name in path:
+        (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        parser = action.choices[name]
+    return parser
+
+
+def every_parser(parser: argparse.ArgumentParser, path=()):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from every_parser(sub, (*path, name))
+
+
+def options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {a.option_strings[-1]: a for a in parser._actions if a.option_strings}
+
+
+def small_job(tmp_path: Path) -> Path:
+    job = tmp_path / "job"
+    prepare_dir(job, manifest(total=2), restart=False)
+    (job / "results.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "status": "done", "final": "yes", "steps": [], "t": i})
+            + "\n"
+            for i in range(2)
+        )
+    )
+    return job
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"sparkops {sparkops.__version__}"
+
+
+def test_every_help_shows_every_default():
+    """Each option with a default says it in its --help, in every sub-command."""
+    missing = []
+    for path, parser in every_parser(cli.build_parser()):
+        text = " ".join(parser.format_help().split())
+        for flag, action in options(parser).items():
+            default = action.default
+            if default in (None, False, [], argparse.SUPPRESS) or flag in ("-h", "--version"):
+                continue
+            shown = " ".join(str(action.help or "").split())
+            if "default" not in text[text.index(flag) :].lower() or (
+                "default" not in shown.lower() and f"(default: {default})" not in text
+            ):
+                missing.append(f"sparkops {' '.join(path)} {flag} (default {default!r})")
+    assert missing == []
+
+
+def test_every_help_prints_without_error(capsys):
+    for path, _ in every_parser(cli.build_parser()):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main([*path, "--help"])
+        assert exit_.value.code == 0, path
+        assert capsys.readouterr().out.startswith("usage: sparkops")
+
+
+def test_sweep_takes_every_shared_batch_option_with_the_same_default():
+    parser = cli.build_parser()
+    run = options(subparser(parser, "batch", "run"))
+    sweep = options(subparser(parser, "bench", "sweep"))
+    shared = set(run) - BATCH_ONLY
+    assert shared == {option.flag for option in JOB_OPTIONS}
+    for flag in shared:
+        a, b = run[flag], sweep.get(flag)
+        assert b is not None, f"bench sweep lacks {flag}"
+        for attr in ("default", "type", "choices", "required", "help", "nargs", "const"):
+            assert getattr(a, attr) == getattr(b, attr), (flag, attr)
+    # The drift the issue found: the sweep now samples as often as a batch job.
+    assert sweep["--sample-interval"].default == run["--sample-interval"].default == 5.0
+
+
+def test_both_commands_hand_the_same_settings_to_the_job():
+    given = [
+        "--endpoint=http://a:1",
+        "--endpoint=http://b:2",
+        "--schedule=step-aware",
+        "--schedule-max-wait=7",
+        "--api-key-env=KEY",
+        "--id-field=nid",
+        "--restart",
+        "--request-timeout=9",
+        "--retry-for=11",
+        "--fail-fast=0",
+        "--sample-interval=0.5",
+        "--stall-after=13",
+        "--strict-serving",
+        "--stack-record=stack-record.json",
+        "--no-progress",
+    ]
+    parser = cli.build_parser()
+    run = parser.parse_args(["batch", "run", "--input=i", "--out=o", *given])
+    sweep = parser.parse_args(["bench", "sweep", "--input=i", "--out=o", "--pipeline=p", *given])
+    settings = job_settings(run)
+    assert settings == job_settings(sweep)
+    assert settings["policy"] == "step-aware" and settings["progress"] is False
+    assert settings["endpoints"] == ["http://a:1", "http://b:2"]
+    config = JobConfig(input=Path("i"), out=Path("o"), **settings)  # every key is a field
+    assert (config.retry_for, config.fail_fast, config.strict_serving) == (11.0, 0, True)
+
+
+def test_report_json_prints_what_report_json_holds(tmp_path, capsys):
+    job = small_job(tmp_path)
+    assert cli.main(["report", str(job), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((job / "report.json").read_text())
+    assert printed["done"] == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "status"),
+    [
+        # argparse drops a help text it cannot write and exits 0 itself
+        (["--help"], 0),
+        (["batch", "run", "--help"], 0),
+        (["report", "--json", "JOB"], cli.EXIT_BROKEN_PIPE),
+        (["report", "JOB"], cli.EXIT_BROKEN_PIPE),
+    ],
+)
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, argv, status):
+    """The reader's end of the pipe is closed before sparkops writes a byte: every write
+    fails with EPIPE, deterministically (a `| head -1` might read it all in time)."""
+    job = small_job(tmp_path)
+    argv = [str(job) if a == "JOB" else a for a in argv]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [*SPARKOPS, *argv], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120
+    )
+    os.close(write_end)
+    assert time.monotonic() - started < 120
+    assert proc.returncode == status
+    assert "Traceback" not in proc.stderr
+    assert "BrokenPipe" not in proc.stderr
+    assert proc.stderr == ""
+
+
+def test_piped_to_head(tmp_path):
+    job = small_job(tmp_path)
+    proc = subprocess.run(
+        ["bash", "-c", 'set -o pipefail; "$@" | head -1', "sh", *SPARKOPS, "report", str(job)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode in (0, cli.EXIT_BROKEN_PIPE)
+    assert proc.stdout.count("\n") == 1
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
