@@ -55,11 +55,11 @@ wait_url() {  # url pidfile seconds
     sleep 2
   done
 }
-start_replica() {  # replica: its rendered vLLM command (the model is offline: HF_HUB_OFFLINE=1)
+start_replica() {  # replica: its rendered vLLM command (the model folder is local: *_OFFLINE=1)
   local line
   line=$(PYTHONPATH=$SITE python3 "$P3/compose_argv.py" "$R/$1/compose.yml" vllm \
     python3 -m vllm.entrypoints.cli.main serve)
-  line=${line/HF_HUB_OFFLINE=0/HF_HUB_OFFLINE=1}
+  line=${line//_OFFLINE=0/_OFFLINE=1}
   echo "$line" > "$W/$1.cmd"
   PYTHONPATH=$SITE setsid bash -c "exec $line" > "$W/$1.log" 2>&1 < /dev/null &
   echo $! > "$W/$1.pid"
