@@ -48,6 +48,7 @@ def test_single_host_stack(tmp_path):
         "memory-guard.sh",
         "serving.env",
         "sparkops-serving.service",
+        "stack-record.json",
     ]
 
 

@@ -7,10 +7,13 @@ import os
 import stat
 
 import pytest
+import yaml
 
 from sparkops.batch import serving, serving_record
 from sparkops.batch.serving_record import Change, build_identity, cache_config, diff
 from sparkops.errors import UserError
+from sparkops.render import render_inventory
+from tests.plugins.inventories import make_inventory
 
 # vLLM 0.11-style /metrics excerpt: cache_config_info is an info gauge with the engine label.
 METRICS = """\
@@ -177,3 +180,27 @@ def test_gpu_state_never_fails_and_never_describes_a_remote_gpu(monkeypatch, tmp
     }
     tool.write_text('#!/bin/sh\necho \'{"state": "no-gpu", "rc": 4, "gpu": null}\'\nexit 4\n')
     assert serving.gpu_state(["http://[::1]:8000"]) == {"state": "no-gpu", "rc": 4, "gpu": None}
+
+
+# ---- the stack's own record (render/record.py) ------------------------------------------
+
+
+def test_every_render_writes_a_stack_record_without_secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
+    monkeypatch.setenv("VLLM_API_KEY", "api-secret")
+    out = tmp_path / "out"
+    inv = make_inventory(
+        tmp_path / "inv", "single", vllm_serving_extra_env={"MY_API_KEY": "zzz", "FOO": "1"}
+    )
+    render_inventory(inv, out)
+    path = out / "spark-1" / "stack-record.json"
+    text = path.read_text()
+    assert "secret" not in text and "zzz" not in text
+    record = json.loads(text)
+    compose = yaml.safe_load((out / "spark-1" / "compose.yml").read_text())["services"]["vllm"]
+    assert record["command"] == compose["entrypoint"] + compose["command"]
+    assert record["image"] == compose["image"]
+    assert record["profile"] and record["role"] == "single" and record["host"] == "spark-1"
+    assert record["env"]["FOO"] == "1" and record["env"]["VLLM_NO_USAGE_STATS"] == "1"
+    assert "MY_API_KEY" not in record["env"]
+    assert serving.read_stack_record(path) == record

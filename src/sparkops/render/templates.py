@@ -18,6 +18,7 @@ import jinja2
 
 from sparkops.plan.guard import start_context
 from sparkops.render.command import LAUNCHERS
+from sparkops.render.record import STACK_RECORD, stack_record_json
 from sparkops.render.stack import CONTAINER_HF_CACHE, HostStack
 
 CLI_HEADER = (
@@ -105,6 +106,9 @@ def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[Rend
         ]
     if stack.ray and stack.ray["backend"] == "ray":
         plan.append(("ray/ray-start.sh.j2", "ray-start.sh", 0o755))
-    return [
+    files = [
         RenderedFile(out, env.get_template(src).render(context), mode) for src, out, mode in plan
     ]
+    # what was deployed, for the batch job's serving record (render/record.py; no secrets)
+    files.append(RenderedFile(STACK_RECORD, stack_record_json(stack), 0o644))
+    return files
