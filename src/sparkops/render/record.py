@@ -6,7 +6,9 @@ with `sparkops batch run --stack-record PATH` (batch/serving.py), so a figure ca
 to the profile, the image (and the base image's pinned digest) and the exact vLLM command
 and environment that produced it.
 
-Secrets never enter it: they live in serving.env (0600), not in the service's environment,
+It holds nothing that changes without the deployment changing (no time, no kit version), so
+a re-deploy of the same stack leaves it, and the running server, untouched. Secrets never
+enter it: they live in serving.env (0600), not in the service's environment,
 and any variable whose name says token, key, secret or password is dropped besides.
 """
 
@@ -16,7 +18,6 @@ import json
 import re
 from typing import Any
 
-from sparkops import __version__
 from sparkops.render.stack import HostStack
 
 STACK_RECORD = "stack-record.json"
@@ -28,7 +29,6 @@ def stack_record(stack: HostStack) -> dict[str, Any]:
     serving = stack.serving
     env = {k: v for k, v in sorted(stack.vllm["env"].items()) if not _SECRET.search(k)}
     return {
-        "kit_version": __version__,
         "host": stack.host,
         "role": stack.role,
         "profile": stack.profile.name,
