@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.plugins.fault_server import NOISE, FaultServer, ok, write_records
+from tests.plugins.inventories import make_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -198,3 +199,59 @@ def test_compare_prints_what_differed_between_two_runs_serving_setups(
         {"field": "version", "before": "0.0.0+fault", "after": "0.12.0"},
     ]
     assert data["serving"]["changed_during"] == {"a": 0, "b": 0}
+
+
+def test_a_server_restarted_with_another_model_during_an_outage_is_caught_when_it_returns(
+    job, slow_server
+):
+    write_records(job["input"], N)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        command(job, slow_server), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        while len(lines(job["out"] / "results.jsonl")) < 15:
+            assert time.monotonic() - t0 < 30 and proc.poll() is None
+            time.sleep(0.02)
+        slow_server.stop()  # connections refused: calls are retried
+        slow_server.set_identity(model="tiny-fp8")
+        time.sleep(1.0)
+        slow_server.start()
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert time.monotonic() - t0 < 60
+    clean(stdout + stderr)
+    assert proc.returncode == 0, stderr
+    assert "model tiny -> tiny-fp8" in stderr
+    changes = [x for x in lines(job["out"] / "serving.jsonl") if x["event"] == "change"]
+    assert len(changes) == 1 and changes[0]["changes"][0]["field"] == "model"
+    results = lines(job["out"] / "results.jsonl")
+    assert Counter(r["id"] for r in results) == Counter(f"r{i}" for i in range(1, N + 1))
+
+
+def test_stack_record_from_the_render_is_kept_and_a_missing_one_is_a_usage_error(
+    job, fault_server, tmp_path
+):
+    write_records(job["input"], 6)
+    rendered = tmp_path / "rendered"
+    inv = make_inventory(tmp_path / "inv", "single")
+    assert sparkops("render", "--inventory", str(inv), "--out", str(rendered)).returncode == 0
+    record = rendered / "spark-1" / "stack-record.json"
+    missing = sparkops(*command(job, fault_server, "--stack-record", str(tmp_path / "nope"))[3:])
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        f"sparkops: error: --stack-record {tmp_path / 'nope'} does not exist; pass the "
+        "stack-record.json the deploy wrote next to compose.yml"
+    ]
+    assert sum(fault_server.requests.values()) == 0 and not job["out"].exists()
+    proc = sparkops(*command(job, fault_server, "--stack-record", str(record))[3:])
+    assert proc.returncode == 0, proc.stderr
+    (start,) = lines(job["out"] / "serving.jsonl")
+    assert start["stack"] == json.loads(record.read_text())
+    report = sparkops("report", str(job["out"]))
+    assert f"- Stack: profile {start['stack']['profile']}, image {start['stack']['image']}" in (
+        report.stdout
+    )
