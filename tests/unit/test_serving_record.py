@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from sparkops.batch import serving, serving_record
+from sparkops.batch.engine import Stats
+from sparkops.batch.progress import ProgressView
 from sparkops.batch.serving_record import Change, build_identity, cache_config, diff
 from sparkops.errors import UserError
 from sparkops.render import render_inventory
@@ -204,3 +206,19 @@ def test_every_render_writes_a_stack_record_without_secrets(tmp_path, monkeypatc
     assert record["env"]["FOO"] == "1" and record["env"]["VLLM_NO_USAGE_STATS"] == "1"
     assert "MY_API_KEY" not in record["env"]
     assert serving.read_stack_record(path) == record
+
+
+# ---- the progress line -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_change_is_said_above_the_bar_or_as_a_warning_and_marks_the_bar(capsys, enabled):
+    view = ProgressView(Stats(), 10, 0, enabled=enabled)
+    text = serving.change_sentence("http://[::1]:8000", diff(identity(), identity(model="x")), 1)
+    with view:
+        view.say(text)
+    err = capsys.readouterr().err
+    expected = text if enabled else f"sparkops: warning: {text}"
+    assert expected in err.replace("\n", "") and "Traceback" not in err
+    assert view.drift == "serving changed (serving.jsonl)"
+    assert view._progress.tasks[0].fields["stalled"] == "serving changed (serving.jsonl)"
