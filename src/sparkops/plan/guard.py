@@ -300,27 +300,29 @@ def check_launch(
     parts["Windows share" if wsl else "OS reserve"] = reserve
     parts["other GPU processes"] = other_bytes
 
-    # (name, limit, what else must fit beside vLLM in it)
-    beside = reserve + other_bytes
-    checks = [("memory", pool, beside)]
+    # (name, limit, what else must fit beside vLLM in it, and what that is)
+    kept = "the Windows share" if wsl else "the OS reserve"
+    checks = [("memory", pool, reserve + other_bytes, f"{kept} and other GPU processes")]
     if facts.gpu_total_bytes is not None:
-        checks.append(("GPU memory", facts.gpu_total_bytes, other_bytes))
+        checks.append(("GPU memory", facts.gpu_total_bytes, other_bytes, "other GPU processes"))
     if not wsl:
-        checks.append(("available memory", facts.mem_available_bytes + facts.own_gpu_bytes(), 0))
+        now = facts.mem_available_bytes + facts.own_gpu_bytes()
+        checks.append(("available memory", now, 0, ""))
     # What a sized cache costs besides itself (weights, activations) gives the largest cache.
     fixed = need.weights_bytes + need.activations_bytes
     problems: list[str] = []
     headroom: int | None = None
     largest: int | None = None
-    for name, limit, others_there in checks:
+    for name, limit, others_there, what in checks:
         left = limit - others_there - vllm
         headroom = left if headroom is None else min(headroom, left)
         room = limit - others_there - fixed - margin
         largest = room if largest is None else min(largest, room)
         if left < margin:
+            kept_back = f" less {_gb(others_there)} for {what}" if others_there else ""
             problems.append(
-                f"{name} {_gb(limit)} less {_gb(others_there)} held for others and the "
-                f"launch's {_gb(vllm)} leaves {_gb(left)}, under the {_gb(margin)} margin"
+                f"{name} {_gb(limit)}{kept_back} less the launch's {_gb(vllm)} leaves "
+                f"{_gb(left)}, under the {_gb(margin)} margin"
             )
     assert headroom is not None and largest is not None
     largest = max(0, largest) // MIB * MIB

@@ -1,0 +1,89 @@
+"""Ansible filter `sparkops_memory_guard`: the deploy's whole-host memory check.
+
+    {{ host_readings | sparkops_memory_guard(vllm_serving_profile, settings, inventory_hostname) }}
+
+`host_readings` holds what the host printed: meminfo, osrelease, compute_apps, gpu_total,
+own_pids (`docker top` output of this stack's containers) and model_config (config.json text,
+or ""); `settings` the role's vllm_serving_memory_* values without the prefix. It returns
+sparkops.plan.guard's verdict as a dict ({ok, message, largest_kv_bytes, ...}), so the deploy
+and `sparkops plan guard` add up the same figures. The logic is unit-tested without Ansible;
+this file is the thin seam.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from sparkops.errors import UserError
+    from sparkops.plan.guard import GuardSettings, check_launch, host_facts
+    from sparkops.profiles import load_profile
+except ImportError:  # ansible from another environment: use the checkout's sources
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
+    from sparkops.errors import UserError
+    from sparkops.plan.guard import GuardSettings, check_launch, host_facts
+    from sparkops.profiles import load_profile
+
+SETTINGS = (
+    "total_gb",
+    "os_reserve_gb",
+    "windows_share_gb",
+    "activations_gb",
+    "margin_gb",
+    "wsl_linux_gb",
+)
+NULLABLE = ("total_gb", "activations_gb")  # None: MemTotal (WSL2: 128 GB); the platform's figure
+
+
+def _number(value):
+    return None if value in (None, "") else float(value)
+
+
+def _pids(text: str) -> list[int]:
+    return [int(word) for word in str(text or "").split() if word.isdigit()]
+
+
+def sparkops_memory_guard(readings, profile_name, settings, host="this host") -> dict:
+    """The guard's verdict for this host (see the module docstring)."""
+    try:
+        profile = load_profile(str(profile_name))
+        defaults = GuardSettings()
+        guard = GuardSettings(
+            **{
+                key: value if value is not None or key in NULLABLE else getattr(defaults, key)
+                for key in SETTINGS
+                for value in [_number(settings.get(key))]
+            }
+        )
+        facts = host_facts(
+            meminfo=str(readings.get("meminfo") or ""),
+            osrelease=str(readings.get("osrelease") or ""),
+            kind=str(settings.get("host_kind") or "auto"),
+            compute_apps=str(readings.get("compute_apps") or ""),
+            gpu_total=str(readings.get("gpu_total") or ""),
+            own_pids=_pids(readings.get("own_pids")),
+        )
+        config_text = str(readings.get("model_config") or "")
+        config = json.loads(config_text) if config_text.strip() else None
+        verdict = check_launch(
+            profile,
+            facts,
+            guard,
+            host=str(host),
+            hf_config=config if isinstance(config, dict) else None,
+            seqs=int(settings["concurrency"]) if settings.get("concurrency") else None,
+        )
+    except (UserError, ValueError) as err:
+        raise AnsibleFilterError(f"memory guard on {host}: {err}") from None
+    return verdict.as_dict()
+
+
+class FilterModule:
+    """Registers the filter."""
+
+    def filters(self):
+        return {"sparkops_memory_guard": sparkops_memory_guard}
