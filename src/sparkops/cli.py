@@ -16,6 +16,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 from sparkops import __version__
 from sparkops.errors import Interrupted, JobStopped, UserError
@@ -34,6 +35,7 @@ COMMAND_MODULES = [
 
 
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
+_PYTHON_SHOWWARNING = warnings.showwarning
 
 
 class DefaultsShown(argparse.HelpFormatter):
@@ -83,8 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """The kit's deprecations (FutureWarning: a spelling still accepted) as one line a user
+    reads; any other warning keeps Python's own format (file and line help a bug report)."""
+    if issubclass(category, FutureWarning):
+        print(f"sparkops: warning: {message}", file=sys.stderr)
+    else:
+        _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status (see the module docstring)."""
+    warnings.showwarning = _show_warning
     try:
         try:
             return _run(argv)

@@ -84,7 +84,7 @@ def _cases() -> dict[str, tuple[dict, list[str] | None]]:
         "router-check-mode": (
             {
                 **mounted,
-                "vllm_serving_topology": "data-parallel",
+                "vllm_serving_topology": "multi-dp",
                 "litellm_router_image": "sparkops/litellm:local",
                 "litellm_router_master_key": "sk-test",
             },
@@ -181,7 +181,7 @@ def test_the_router_image_is_built_for_real_and_passes_its_checks(docker_engine,
     group_vars = _serving(
         image_ref("amd64"),
         **mounted_venv_vars(),
-        vllm_serving_topology="data-parallel",
+        vllm_serving_topology="multi-dp",
         vllm_serving_build_dir=str(tmp_path / "build"),
         litellm_router_image=image,
         litellm_router_base_image=image_ref("amd64"),

@@ -17,7 +17,7 @@ TOPOLOGIES = {
     "data-parallel": (
         {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
         {
-            "vllm_serving_topology": "data-parallel",
+            "vllm_serving_topology": "multi-dp",
             "vllm_serving_bind_address": "{{ ansible_host }}",
         },
     ),
@@ -25,18 +25,18 @@ TOPOLOGIES = {
     "data-parallel-4": (
         {f"spark-{i}": f"10.0.0.1{i}" for i in range(1, 5)},
         {
-            "vllm_serving_topology": "data-parallel",
+            "vllm_serving_topology": "multi-dp",
             "vllm_serving_bind_address": "{{ ansible_host }}",
         },
     ),
     "pipeline-ray": (
         {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
-        {"vllm_serving_topology": "pipeline-parallel", "ray_cluster_address": "{{ qsfp_address }}"},
+        {"vllm_serving_topology": "pair-pp", "ray_cluster_address": "{{ qsfp_address }}"},
     ),
     "pipeline-mp": (
         {"spark-1": "10.0.0.11", "spark-2": "10.0.0.12"},
         {
-            "vllm_serving_topology": "pipeline-parallel",
+            "vllm_serving_topology": "pair-pp",
             "ray_cluster_backend": "mp",
             "ray_cluster_address": "{{ qsfp_address }}",
         },

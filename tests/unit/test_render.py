@@ -176,12 +176,10 @@ def test_pipeline_parallel_needs_the_qsfp_address(tmp_path):
 
 
 def test_wrong_host_count_names_the_fix(tmp_path):
-    inv = make_inventory(tmp_path / "inv", "single", vllm_serving_topology="data-parallel")
+    inv = make_inventory(tmp_path / "inv", "single", vllm_serving_topology="multi-dp")
     with pytest.raises(UserError, match="needs at least 2 serving hosts, the inventory has 1"):
         render_inventory(inv, tmp_path / "out")
-    inv = make_inventory(
-        tmp_path / "inv4", "data-parallel-4", vllm_serving_topology="pipeline-parallel"
-    )
+    inv = make_inventory(tmp_path / "inv4", "data-parallel-4", vllm_serving_topology="pair-pp")
     with pytest.raises(UserError, match="needs exactly 2 serving hosts, the inventory has 4"):
         render_inventory(inv, tmp_path / "out")
     inv = make_inventory(tmp_path / "inv2", "data-parallel", vllm_serving_topology="single")

@@ -9,6 +9,7 @@ defaults of the roles (ansible/roles/*/defaults/main.yml mirror them).
 from __future__ import annotations
 
 import ipaddress
+import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -24,8 +25,21 @@ class _Strict(BaseModel):
 class ServingVars(_Strict):
     """vllm_serving_*: what runs on every serving host."""
 
-    # None: follow the inventory's sparkops_topology (see TOPOLOGY_OF), else single.
-    topology: Literal["single", "data-parallel", "pipeline-parallel"] | None = None
+    # None: follow the inventory's sparkops_topology, else single. Spelt like it (TOPOLOGY_OF);
+    # data-parallel / pipeline-parallel are deprecated spellings (DEPRECATED_TOPOLOGIES).
+    topology: (
+        Literal[
+            "single",
+            "wsl2",
+            "local",
+            "pair-dp",
+            "pair-pp",
+            "multi-dp",
+            "data-parallel",
+            "pipeline-parallel",
+        ]
+        | None
+    ) = None
     profile: str = "gb10-gemma4-12b-fp8"
     # Empty: the profile's `image`, else the kit's image for its platform (stack.KIT_IMAGES).
     image: str = ""
@@ -134,8 +148,10 @@ class RayVars(_Strict):
     wait_timeout: int = Field(default=600, gt=0)
 
 
-# The provisioning side names each example inventory's shape in `sparkops_topology`; the
-# serving topology follows from it unless vllm_serving_topology says otherwise.
+# One topology vocabulary, the inventory's: every example inventory names its shape in
+# `sparkops_topology`, and `vllm_serving_topology` (an override) takes the same words. Each
+# maps to the serving shape the templates render (single, data-parallel, pipeline-parallel:
+# internal names, not typed by users).
 TOPOLOGY_OF = {
     "single": "single",
     "wsl2": "single",
@@ -146,11 +162,28 @@ TOPOLOGY_OF = {
 }
 
 
+# vllm_serving_topology's former spellings: still accepted, with a warning naming the word.
+DEPRECATED_TOPOLOGIES = {
+    "data-parallel": "multi-dp (pair-dp for two Sparks on one QSFP cable)",
+    "pipeline-parallel": "pair-pp",
+}
+
+
 def serving_topology(hostvars: dict) -> str:
-    """vllm_serving_topology if set, else the one sparkops_topology implies, else single."""
+    """The serving shape vllm_serving_topology names if set, else the one sparkops_topology
+    implies, else single. An unknown word is returned as it is (plan_stack refuses it)."""
     explicit = hostvars.get("vllm_serving_topology")
     if explicit:
-        return str(explicit)
+        word = str(explicit)
+        if word in DEPRECATED_TOPOLOGIES:
+            warnings.warn(
+                f"vllm_serving_topology: {word} is deprecated, write "
+                f"{DEPRECATED_TOPOLOGIES[word]}, as sparkops_topology does",
+                FutureWarning,
+                stacklevel=2,
+            )
+            return word
+        return TOPOLOGY_OF.get(word, word)
     return TOPOLOGY_OF.get(str(hostvars.get("sparkops_topology", "single")), "single")
 
 

@@ -21,6 +21,7 @@ from sparkops.profiles import DeployFacts, Profile, check_profile, load_profile
 from sparkops.render.command import native_parallel_flags, ray_parallel_flags, serve_command
 from sparkops.render.inventory import Inventory
 from sparkops.render.settings import (
+    TOPOLOGY_OF,
     RayVars,
     RouterVars,
     ServingVars,
@@ -157,8 +158,7 @@ PIPELINE_STAGES = 2
 def _check_host_count(topology: str, hosts: list[str]) -> None:
     if topology not in HOST_COUNTS:
         raise UserError(
-            f"vllm_serving_topology '{topology}' is unknown: use single, data-parallel or "
-            "pipeline-parallel"
+            f"vllm_serving_topology '{topology}' is unknown: use one of {', '.join(TOPOLOGY_OF)}"
         )
     fewest, most = HOST_COUNTS[topology]
     if fewest <= len(hosts) and (most is None or len(hosts) <= most):
