@@ -47,7 +47,9 @@ def load_setup(run: Path) -> Setup | None:
 def flatten(start: dict[str, Any]) -> dict[str, str]:
     """A start line's setup as comparable fields (endpoint identities by position)."""
     out: dict[str, str] = {}
-    endpoints = start.get("endpoints") if isinstance(start.get("endpoints"), dict) else {}
+    endpoints = start.get("endpoints")
+    if not isinstance(endpoints, dict):
+        endpoints = {}
     many = len(endpoints) > 1
     for index, ident in enumerate(endpoints.values(), start=1):
         prefix = f"endpoint {index} " if many else ""

@@ -139,7 +139,9 @@ def gpu_text(gpu: Any) -> str:
         return "unavailable"
     if "unavailable" in gpu:
         return f"unavailable ({gpu['unavailable']})"
-    ident = gpu.get("gpu") if isinstance(gpu.get("gpu"), dict) else {}
+    ident = gpu.get("gpu")
+    if not isinstance(ident, dict):
+        ident = {}
     parts = [f"{k} {v}" for k, v in ident.items() if v not in (None, "")]
     parts.append(f"check: {gpu.get('state')}")
     return ", ".join(parts)
