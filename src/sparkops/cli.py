@@ -62,7 +62,10 @@ class RawDefaultsShown(DefaultsShown, argparse.RawDescriptionHelpFormatter):
 
 def _show_defaults(parser: argparse.ArgumentParser) -> None:
     """Give every parser, sub-commands included, the defaults-showing formatter."""
-    raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
+    formatter = parser.formatter_class
+    raw = isinstance(formatter, type) and issubclass(
+        formatter, argparse.RawDescriptionHelpFormatter
+    )
     parser.formatter_class = RawDefaultsShown if raw else DefaultsShown
     for action in parser._actions:
         if action.help is None and _has_default(action):

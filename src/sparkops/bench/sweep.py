@@ -121,13 +121,13 @@ def summarise_level(
     whole = len(finish) / elapsed * 60.0 if elapsed else None
 
     window = steady_window(finish)
+    start: float | None = None
+    end: float | None = None
     if window is not None and window.end > window.start:
         start, end = window.start, window.end
-    elif finish:  # too few records for a middle: use the whole run
+    elif finish and begin is not None:  # too few records for a middle: use the whole run
         start, end = begin, finish[-1]
-    else:
-        start = end = None
-    rates = interval_rates(samples, start, end) if start is not None else []
+    rates = interval_rates(samples, start, end) if start is not None and end is not None else []
     if not rates and finish and begin is not None:  # run shorter than one sampling interval
         rates = interval_rates(samples, begin, max(sample_times + finish))
     prompt = _median([r["computed_prompt"] for r in rates])
@@ -179,12 +179,15 @@ def table_markdown(levels: Sequence[LevelSummary]) -> str:
 
 def speedup(levels: Sequence[LevelSummary]) -> float | None:
     """Best records/min over the lowest level's: what batching is worth."""
-    rated = [lv for lv in levels if lv.records_per_min]
+    rated: list[tuple[int, float]] = []  # (concurrency, records/min) of levels that have one
+    for lv in levels:
+        if lv.records_per_min:
+            rated.append((lv.concurrency, lv.records_per_min))
     if len(rated) < 2:
         return None
-    base = min(rated, key=lambda lv: lv.concurrency)
-    best = max(rated, key=lambda lv: lv.records_per_min or 0.0)
-    return best.records_per_min / base.records_per_min if best is not base else None
+    base = min(rated)  # the lowest concurrency (levels are distinct)
+    best = max(rated, key=lambda level: level[1])
+    return best[1] / base[1] if best is not base else None
 
 
 def report_markdown(

