@@ -3,8 +3,10 @@
     {{ hostvars | sparkops_role_var_problems(host, roles_dir) }}
 
 returns one sentence per variable of `host` that carries a role's prefix but that role does not
-declare (naming the nearest declared one), or whose value cannot be the declared type. The
-logic is sparkops.render.role_vars (unit-tested without Ansible); this file is the thin seam.
+declare (naming the nearest declared one), or whose value cannot be the declared type. Names
+starting with an underscore are the roles' own facts (`_role_x` set_fact, `__role_x` register)
+and are skipped. The logic is sparkops.render.role_vars (unit-tested without Ansible); this
+file is the thin seam.
 """
 
 from __future__ import annotations

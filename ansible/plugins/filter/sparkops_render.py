@@ -9,6 +9,12 @@ sparkops.render.stack.required_images; client_endpoints: the --endpoint URLs a b
 uses, every serving host's, following the inventory). It runs the same validation
 (profile rules, bind address, topology) and the same templates as `sparkops render`, so the
 CLI and Ansible cannot drift: nothing is written twice.
+
+    {{ litellm_router_master_key | sparkops_master_key(router_env_text) }}
+
+keeps or generates the router's master key with sparkops.render.master_key, as `sparkops
+render` does; the litellm_router role stores it as _litellm_router_master_key, which
+`sparkops_render` passes on as the LITELLM_MASTER_KEY secret.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ try:
     from sparkops.errors import UserError
     from sparkops.render import plan_stack, render_host
     from sparkops.render.inventory import Inventory
+    from sparkops.render.master_key import ENV_NAME, keep_or_generate
     from sparkops.render.settings import serving_topology
     from sparkops.render.stack import client_endpoints, required_images
 except ImportError:  # ansible from another environment: use the checkout's sources
@@ -30,21 +37,18 @@ except ImportError:  # ansible from another environment: use the checkout's sour
     from sparkops.errors import UserError
     from sparkops.render import plan_stack, render_host
     from sparkops.render.inventory import Inventory
+    from sparkops.render.master_key import ENV_NAME, keep_or_generate
     from sparkops.render.settings import serving_topology
     from sparkops.render.stack import client_endpoints, required_images
 
 PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_")
 PLAIN = ("ansible_host", "sparkops_topology")
-# Role-prefixed names that are Ansible-only: role settings the renderer does not use, and the
-# roles' registered results. Any other unknown prefixed name is refused as a likely typo.
-ANSIBLE_ONLY = frozenset(
-    {
-        "vllm_serving_use_systemd",
-        "litellm_router_env_file",
-        "litellm_router_health",
-        "ray_cluster_status",
-    }
-)
+# Public role settings only Ansible reads (the renderer has no use for them). The roles' own
+# facts and results start with _ or __ and never match PREFIXES; any other unknown prefixed
+# name is refused as a likely typo.
+ANSIBLE_ONLY = frozenset({"vllm_serving_use_systemd"})
+# The master key the litellm_router role kept or generated on the first Spark (set_fact).
+KEPT_MASTER_KEY = "_litellm_router_master_key"
 
 
 def _plain(value):
@@ -62,6 +66,16 @@ def _host_vars(hostvars, host: str) -> dict:
     return {key: _plain(source[key]) for key in wanted}
 
 
+def _kept_secrets(hostvars, hosts: list[str]) -> dict[str, str]:
+    """The router master key the litellm_router role set on a host, as plan_stack's secret."""
+    for host in hosts:
+        if KEPT_MASTER_KEY in hostvars[host]:
+            key = _plain(hostvars[host][KEPT_MASTER_KEY])
+            if key:
+                return {ENV_NAME: str(key)}
+    return {}
+
+
 def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (sparkops)"):
     """Render `host`'s serving files from every serving host's variables."""
     hosts = list(groups.get("sparks") or groups.get("all") or [])
@@ -71,7 +85,7 @@ def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (
         groups={name: list(members) for name, members in groups.items()},
     )
     try:
-        stacks = plan_stack(inventory)
+        stacks = plan_stack(inventory, secrets=_kept_secrets(hostvars, hosts))
     except UserError as err:
         raise AnsibleFilterError(str(err)) from None
     endpoints = client_endpoints(inventory, stacks)
@@ -114,6 +128,12 @@ def sparkops_client_endpoints(hostvars, groups) -> list[str]:
     return client_endpoints(inventory, stacks)
 
 
+def sparkops_master_key(given, stored_env="") -> str:
+    """The router master key: `given` (litellm_router_master_key), else the one in the host's
+    router.env text, else a new one; the same function `sparkops render` uses."""
+    return keep_or_generate(str(given or ""), str(stored_env or ""))
+
+
 def sparkops_serving_topology(host_vars) -> str:
     """single | data-parallel | pipeline-parallel for a host's variables (hostvars[host])."""
     return serving_topology(
@@ -129,4 +149,5 @@ class FilterModule:
             "sparkops_render": sparkops_render,
             "sparkops_client_endpoints": sparkops_client_endpoints,
             "sparkops_serving_topology": sparkops_serving_topology,
+            "sparkops_master_key": sparkops_master_key,
         }

@@ -8,8 +8,9 @@ filter in ansible/plugins/filter/sparkops_inventory.py) calls this module before
 touched: a name under a role's prefix (role directory name + "_") must be declared in that
 role's meta/argument_specs.yml, and a declared value must be convertible to the declared type.
 
-Names a role sets itself at run time (`register:`, `set_fact:`) are accepted too, so a fact
-cache carrying them into a later run never trips the check.
+Names a role sets itself at run time start with an underscore (prometheus-community's
+convention: `_role_x` for set_fact and role vars, `__role_x` for register), so they carry no
+role's prefix and a fact cache bringing them into a later run never trips the check.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ UNRESOLVED = object()
 
 @dataclass
 class RoleSpecs:
-    """Every role's declared options (name -> spec) and the names its tasks set."""
+    """Every role's declared options: role -> name -> spec."""
 
     options: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    runtime: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def roles(self) -> list[str]:
@@ -41,36 +41,15 @@ class RoleSpecs:
         return sorted(self.options, key=len, reverse=True)
 
     def role_of(self, name: str) -> str | None:
-        """The role whose prefix `name` carries, or None for a name no role owns."""
+        """The role whose prefix `name` carries, or None for a name no role owns (a role's
+        internal `_role_x` / `__role_x` included: those are the role's, never the inventory's)."""
+        if name.startswith("_"):
+            return None
         return next((role for role in self.roles if name.startswith(role + "_")), None)
-
-    def known(self, role: str) -> set[str]:
-        return set(self.options.get(role, {})) | self.runtime.get(role, set())
-
-
-def _yaml_files(folder: Path) -> list[Path]:
-    return sorted([*folder.glob("*.yml"), *folder.glob("*.yaml")]) if folder.is_dir() else []
-
-
-def _names_set_by(tasks: Any) -> set[str]:
-    """Variable names a task list registers or sets with set_fact (nested blocks included)."""
-    names: set[str] = set()
-    if isinstance(tasks, list):
-        for task in tasks:
-            names |= _names_set_by(task)
-    elif isinstance(tasks, dict):
-        if isinstance(tasks.get("register"), str):
-            names.add(tasks["register"])
-        for module in ("set_fact", "ansible.builtin.set_fact"):
-            if isinstance(tasks.get(module), dict):
-                names |= {k for k in tasks[module] if k != "cacheable"}
-        for key in ("block", "rescue", "always"):
-            names |= _names_set_by(tasks.get(key))
-    return names
 
 
 def load_role_specs(roles_dir: str | Path) -> RoleSpecs:
-    """Read meta/argument_specs.yml (every entry point) and the tasks of each role."""
+    """Read meta/argument_specs.yml (every entry point) of each role."""
     specs = RoleSpecs()
     for role_dir in sorted(Path(roles_dir).iterdir()):
         spec_file = role_dir / "meta" / "argument_specs.yml"
@@ -81,10 +60,6 @@ def load_role_specs(roles_dir: str | Path) -> RoleSpecs:
         for entry in (data.get("argument_specs") or {}).values():
             options.update((entry or {}).get("options") or {})
         specs.options[role_dir.name] = options
-        runtime: set[str] = set()
-        for file in _yaml_files(role_dir / "tasks") + _yaml_files(role_dir / "handlers"):
-            runtime |= _names_set_by(yaml.safe_load(file.read_text()))
-        specs.runtime[role_dir.name] = runtime
     return specs
 
 
@@ -139,8 +114,7 @@ def role_variable_problems(host_vars: dict[str, Any], specs: RoleSpecs) -> list[
         role = specs.role_of(name)
         if role is None:
             continue
-        known = specs.known(role)
-        if name not in known:
+        if name not in specs.options[role]:
             guess = nearest(name, set(specs.options[role]), role + "_")
             hint = f"did you mean {guess}?" if guess else "no declared variable is close"
             problems.append(

@@ -7,34 +7,25 @@ bad inventory or profile leaves an existing output folder untouched.
 from __future__ import annotations
 
 import os
-import secrets as pysecrets
 from pathlib import Path
 
 from sparkops.files import write_atomic
 from sparkops.profiles import load_profile
 from sparkops.render.inventory import read_inventory
+from sparkops.render.master_key import ENV_NAME, keep_or_generate
 from sparkops.render.stack import plan_stack
 from sparkops.render.templates import RenderedFile, render_host
 
 SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY", "LITELLM_MASTER_KEY")
 
 
-def _existing_master_key(out: Path) -> str:
-    """Keep the router's key across re-renders (clients already hold it)."""
-    for env_file in out.glob("*/router.env"):
-        for line in env_file.read_text().splitlines():
-            if line.startswith("LITELLM_MASTER_KEY="):
-                return line.split("=", 1)[1].strip()
-    return ""
-
-
 def gather_secrets(out: Path) -> dict[str, str]:
-    """Secrets from the environment; a router master key is kept or generated (sk- prefix)."""
+    """Secrets from the environment; the router's master key is the environment's, else kept
+    from a router.env already under OUT (clients hold it), else generated (render.master_key,
+    which the litellm_router role asks too)."""
     found = {name: os.environ[name] for name in SECRET_NAMES if os.environ.get(name)}
-    if "LITELLM_MASTER_KEY" not in found:
-        found["LITELLM_MASTER_KEY"] = _existing_master_key(out) or (
-            "sk-" + pysecrets.token_urlsafe(32)
-        )
+    stored = [env_file.read_text() for env_file in sorted(out.glob("*/router.env"))]
+    found[ENV_NAME] = keep_or_generate(found.get(ENV_NAME, ""), *stored)
     return found
 
 
