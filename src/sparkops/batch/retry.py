@@ -1,4 +1,15 @@
-"""Backoff with full jitter, which failures are worth retrying, and what an error's cause is."""
+"""Backoff with full jitter, which failures are worth retrying, and what an error's cause is.
+
+Why not tenacity or backoff: what a library would replace is `backoff_delay`, one line
+(tenacity's wait_random_exponential computes the same uniform draw). The retry loop itself
+(BatchEngine._call) is not a plain "call until it works": a call cancelled because its
+endpoint stalled is re-sent elsewhere without counting as an attempt, a failure marks the
+endpoint down in the pool, a Retry-After longer than the backoff wins, and when nothing has
+answered by the deadline the job stops instead of failing the record. Expressed through a
+decorator's callbacks that logic would be harder to follow, and the rest of this module
+(which statuses are transient, Retry-After parsing, grouping errors by cause) is the kit's
+own policy that no library has.
+"""
 
 from __future__ import annotations
 

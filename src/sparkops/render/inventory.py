@@ -1,25 +1,37 @@
-"""Read an Ansible YAML inventory directory without Ansible (for `sparkops render`).
+"""Read an Ansible inventory directory with ansible-core itself (for `sparkops render`).
 
-Supports what the kit's inventories use: `hosts.yml` (or .yaml) in Ansible's YAML format,
-`group_vars/<group>.yml` or `group_vars/<group>/*.yml`, and the same under `host_vars/`.
-Precedence follows Ansible: `all` < parent groups < child groups (inline vars below each
-group's group_vars files) < inline host vars < host_vars files. Strings holding `{{ ... }}`
-are resolved against the host's merged variables with Jinja2, so simple references such as
-`"{{ qsfp_network_address }}"` work in both tools. Vault-encrypted files are refused with a
-pointer to the fix.
+ansible-core's InventoryManager parses the directory (hosts.yml and any other inventory
+source in it), its VariableManager merges `group_vars/` and `host_vars/` with Ansible's own
+precedence, and its Templar resolves `{{ ... }}` (lookups, filters, defaults) exactly as
+ansible-playbook does. An earlier hand-written reader covered only what the example
+inventories used (one lookup, simple references) and would have drifted from Ansible on real
+inventories; the render filter in ansible/plugins/filter sees what this module returns.
+
+What stays here is only what Ansible does not say well for a CLI user: a missing hosts file,
+vault-encrypted files (the CLI has no vault password), a YAML error named with its file, and
+an unresolvable reference in a variable the renderer reads, each as one line with the fix.
+No ansible.cfg or collection is needed: only ansible.builtin plugins are used.
 """
 
 from __future__ import annotations
 
-import os
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import yaml
 
 from sparkops.errors import UserError
+
+HOSTS_FILES = ("hosts.yml", "hosts.yaml")
+# Variables the renderer reads: one of these that cannot be resolved stops the render. Others
+# may use Ansible-only names (e.g. a play's facts) and are kept as written.
+RENDERED_PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_", "ansible_host")
+VAULT_FIX = (
+    "`sparkops render` has no vault password. Pass secrets in the environment (HF_TOKEN, "
+    "VLLM_API_KEY, LITELLM_MASTER_KEY) or render with Ansible."
+)
 
 
 @dataclass
@@ -31,126 +43,118 @@ class Inventory:
     groups: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _load_yaml(path: Path) -> Any:
-    text = path.read_text()
-    if text.lstrip().startswith("$ANSIBLE_VAULT"):
-        raise UserError(
-            f"{path} is vault-encrypted: `sparkops render` cannot read it. Pass secrets in the "
-            "environment (HF_TOKEN, VLLM_API_KEY, LITELLM_MASTER_KEY) or render with Ansible."
-        )
+def _plain(value: Any) -> Any:
+    """Ansible's tagged values -> plain Python data (as the render filter does, for pydantic
+    and YAML output alike)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _vars_files(base: Path) -> list[Path]:
+    """Every file under group_vars/ and host_vars/ (what Ansible's host_group_vars reads)."""
+    return sorted(
+        path
+        for folder in ("group_vars", "host_vars")
+        for path in (base / folder).rglob("*")
+        if path.is_file() and not path.name.startswith(".")
+    )
+
+
+def _check_files(base: Path, hosts_file: Path) -> None:
+    """Refuse vault-encrypted files and name the file of a YAML error, before Ansible reads
+    them (its own messages name neither the file nor the fix)."""
+    for path in [hosts_file, *_vars_files(base)]:
+        text = path.read_text(errors="replace")
+        if text.lstrip().startswith("$ANSIBLE_VAULT"):
+            raise UserError(f"{path} is vault-encrypted: {VAULT_FIX}")
+        if path.suffix in (".yml", ".yaml", ".json", ""):
+            try:
+                yaml.safe_load(text)
+            except yaml.constructor.ConstructorError:
+                pass  # Ansible's own tags (!vault, !unsafe): Ansible decides
+            except yaml.YAMLError as err:
+                mark = getattr(err, "problem_mark", None)
+                where = f" (line {mark.line + 1})" if mark is not None else ""
+                raise UserError(f"{path} is not valid YAML{where}. Fix the file.") from None
+    top = yaml.safe_load(hosts_file.read_text())
+    if not isinstance(top, dict) or not top:
+        raise UserError(f"{hosts_file}: expected Ansible's YAML format with an 'all:' group")
+
+
+def _start_ansible() -> None:
+    """What ansible-core's own CLIs do first: install the collection loader, without which
+    fully qualified names (`lookup('ansible.builtin.env', ...)`) do not resolve. Once per
+    process; inside Ansible (the render filter) it is already done."""
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+
+    if AnsibleCollectionConfig.collection_finder is None:
+        init_plugin_loader()
+
+
+def _reason(err: Exception) -> str:
+    """Ansible's message on one line, without its closing full stop (we add the fix)."""
+    return " ".join(str(getattr(err, "message", err)).split()).rstrip(".")
+
+
+def _resolve(host: str, key: str, value: Any, templar: Any) -> Any:
+    """One variable through Ansible's Templar; only the ones rendering reads must resolve."""
+    from ansible.errors import AnsibleError
+
     try:
-        return yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"{path} is not valid YAML ({err}). Fix the file.") from None
-
-
-def _vars_from(base: Path, name: str) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for candidate in (base / f"{name}.yml", base / f"{name}.yaml"):
-        if candidate.is_file():
-            merged.update(_load_yaml(candidate))
-    folder = base / name
-    if folder.is_dir():
-        for file in sorted([*folder.glob("*.yml"), *folder.glob("*.yaml")]):
-            merged.update(_load_yaml(file))
-    return merged
-
-
-def _walk(name: str, node: dict, parents: list[str], inv: Inventory, depth: dict) -> None:
-    node = node or {}
-    depth.setdefault(name, len(parents))
-    inv.groups.setdefault(name, [])
-    depth.setdefault(f"__vars__{name}", node.get("vars") or {})
-    for host, hvars in (node.get("hosts") or {}).items():
-        if host not in inv.hostvars:
-            inv.hosts.append(host)
-            inv.hostvars[host] = {"__groups__": [], "__inline__": {}}
-        for group in [*parents, name]:
-            if group not in inv.hostvars[host]["__groups__"]:
-                inv.hostvars[host]["__groups__"].append(group)
-        inv.hostvars[host]["__inline__"].update(hvars or {})
-        inv.groups[name].append(host)
-    for child, sub in (node.get("children") or {}).items():
-        _walk(child, sub, [*parents, name], inv, depth)
-        for host in inv.groups[child]:
-            if host not in inv.groups[name]:
-                inv.groups[name].append(host)
-
-
-def _lookup(kind: str, name: str, default: str = "") -> str:
-    """The one Ansible lookup the kit's inventories use: `lookup('env', NAME)`."""
-    if kind not in ("env", "ansible.builtin.env"):
-        raise UserError(f"lookup('{kind}') is not supported by `sparkops render`: use 'env'")
-    return os.environ.get(name, default)
-
-
-def _resolve(value: Any, context: dict[str, Any], env: jinja2.Environment) -> Any:
-    if isinstance(value, str) and "{{" in value:
-        rendered = env.from_string(value).render(context)
-        if not rendered.strip():
-            return rendered  # an empty lookup is "" in Ansible, not YAML's null
-        try:
-            parsed = yaml.safe_load(rendered)
-        except yaml.YAMLError:
-            return rendered
-        return parsed if not isinstance(parsed, str) else rendered
-    if isinstance(value, dict):
-        return {k: _resolve(v, context, env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_resolve(v, context, env) for v in value]
-    return value
-
-
-RENDERED_PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_", "ansible_host")
-
-
-def _resolve_key(host: str, key: str, value: Any, context: dict, env: jinja2.Environment) -> Any:
-    """Resolve one variable; only the ones rendering reads must resolve (others may use
-    Ansible-only names such as ansible_playbook_python and are left as written)."""
-    try:
-        return _resolve(value, context, env)
-    except (jinja2.UndefinedError, jinja2.TemplateError) as err:
+        return _plain(templar.template(value))
+    except AnsibleError as err:
         if key.startswith(RENDERED_PREFIXES):
+            reason = _reason(err)
+            if "vault" in reason.lower():
+                reason = f"{reason}. {VAULT_FIX}"
             raise UserError(
-                f"inventory host {host}: {key}: {err}. Define what it refers to in the inventory."
+                f"inventory host {host}: {key}: {reason}. "
+                "Define what it refers to in the inventory."
             ) from None
-        return value
+        return _plain(value)
 
 
 def read_inventory(directory: str | Path) -> Inventory:
     """Parse an inventory directory into hosts and fully merged, resolved variables."""
     base = Path(directory)
-    hosts_file = next((base / n for n in ("hosts.yml", "hosts.yaml") if (base / n).is_file()), None)
+    hosts_file = next((base / n for n in HOSTS_FILES if (base / n).is_file()), None)
     if hosts_file is None:
         raise UserError(
             f"no hosts.yml in {base}: point --inventory at an inventory directory "
             "(e.g. inventory/single) that has one."
         )
-    top = _load_yaml(hosts_file)
-    if not isinstance(top, dict) or not top:
-        raise UserError(f"{hosts_file}: expected Ansible's YAML format with an 'all:' group")
-    inv = Inventory()
-    depth: dict[str, Any] = {}
-    for name, node in top.items():
-        _walk(name, node, [] if name == "all" else ["all"], inv, depth)
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.globals["lookup"] = _lookup
-    for host in inv.hosts:
-        raw = inv.hostvars[host]
-        groups = sorted(raw["__groups__"], key=lambda g: (g != "all", depth.get(g, 0)))
-        merged: dict[str, Any] = {}
-        for group in groups:
-            merged.update(depth.get(f"__vars__{group}", {}))
-            merged.update(_vars_from(base / "group_vars", group))
-        merged.update(raw["__inline__"])
-        merged.update(_vars_from(base / "host_vars", host))
-        merged.setdefault("inventory_hostname", host)
-        context = {**merged, "groups": inv.groups}
-        for _ in range(5):  # references to references settle within a few passes
-            resolved = {k: _resolve_key(host, k, v, context, env) for k, v in merged.items()}
-            if resolved == merged:
-                break
-            merged, context = resolved, {**resolved, "groups": inv.groups}
-        merged["group_names"] = [g for g in groups if g != "all"]
-        inv.hostvars[host] = merged
+    _check_files(base, hosts_file)
+    # Imported here: ansible-core's start-up (~0.3 s) is paid only by commands that read an
+    # inventory, not by every `sparkops` invocation.
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+
+    _start_ansible()
+    loader = DataLoader()
+    try:
+        manager = InventoryManager(loader=loader, sources=[str(base)])
+    except AnsibleError as err:
+        raise UserError(f"{base}: {_reason(err)}. Fix the inventory.") from None
+    variables = VariableManager(loader=loader, inventory=manager)
+    # What Ansible adds to every host without an inventory (groups, playbook_dir, ...): not
+    # inventory variables, so not part of a host's settings.
+    magic = set(variables.get_vars(include_hostvars=False))
+    hosts = [host.name for host in manager.get_hosts()]
+    inv = Inventory(hosts=hosts, groups={k: list(v) for k, v in manager.get_groups_dict().items()})
+    for host in manager.get_hosts():
+        try:
+            merged = variables.get_vars(host=host, include_hostvars=False)
+        except AnsibleError as err:
+            raise UserError(
+                f"inventory host {host.name}: {_reason(err)}. Fix the inventory."
+            ) from None
+        templar = Templar(loader=loader, variables=merged)
+        inv.hostvars[host.name] = {
+            key: _resolve(host.name, key, value, templar)
+            for key, value in merged.items()
+            if key not in magic
+        }
     return inv
