@@ -99,7 +99,22 @@ def test_preflight_passes_and_fails_for_the_right_reasons(systemd_host, vllm_ser
     bridge = host.exec("ip -4 route show default", check=True).stdout.split()[2]
     with relay(bridge, ("127.0.0.1", vllm_server.port)) as port:
         check_preflight(tmp_path, host, f"http://{bridge}:{port}")
+        check_old_gpu_threshold_is_refused(tmp_path)
         check_status(tmp_path, host, f"http://{bridge}:{port}")
+
+
+def check_old_gpu_threshold_is_refused(tmp_path: Path) -> None:
+    """The old preflight's own GPU threshold would now be ignored silently: it stops instead."""
+    run = run_playbook(
+        PLAYBOOK,
+        tmp_path / "inventory.yml",
+        extra_vars={"sparkops_preflight_min_sm_clock_mhz": 1500},
+        timeout=300,
+    )
+    assert run.rc != 0
+    assert "sparkops_preflight_min_sm_clock_mhz is gone" in run.output
+    assert "host_tuning_gpu_check_stuck_max_mhz" in run.output
+    assert "Traceback" not in run.output
 
 
 def check_status(tmp_path: Path, host, url: str) -> None:

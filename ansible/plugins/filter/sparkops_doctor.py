@@ -1,0 +1,44 @@
+"""Ansible filter for preflight.yml: the gathered facts in, the checks' summary out.
+
+    {{ facts | sparkops_preflight(settings) }}
+
+`facts` holds the raw task results preflight.yml registered on the Spark (see
+sparkops.doctor.preflight for the keys), `settings` the sparkops_preflight_* values the
+verdicts depend on, without the prefix. It returns {"ok": bool, "checks": [{name, ok, detail,
+fix}]}. Every verdict lives in sparkops.doctor.checks, a pure module unit-tested on its own; this
+file only adapts it to Ansible (a bad setting becomes an AnsibleFilterError naming the variable).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from sparkops.doctor.preflight import SettingsError, preflight
+except ImportError:  # ansible from another environment: use the checkout's sources
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
+    try:
+        from sparkops.doctor.preflight import SettingsError, preflight
+    except ImportError as exc:  # pragma: no cover - depends on the controller's environment
+        raise AnsibleFilterError(
+            f"sparkops_preflight needs pydantic on the controller ({exc}): run ansible-playbook "
+            "from the kit's .venv (make venv) or pip install pydantic"
+        ) from exc
+
+
+def sparkops_preflight(facts, settings) -> dict:
+    """Judge the facts preflight.yml gathered (see the module docstring)."""
+    if not isinstance(facts, dict) or not isinstance(settings, dict):
+        raise AnsibleFilterError("sparkops_preflight: facts and settings must be mappings")
+    try:
+        return preflight(facts, settings)
+    except SettingsError as exc:
+        raise AnsibleFilterError(f"preflight settings: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"sparkops_preflight": sparkops_preflight}

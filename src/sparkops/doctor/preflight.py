@@ -1,0 +1,155 @@
+"""From what preflight.yml gathered on a Spark to its summary: Ansible's results in, checks out.
+
+The playbook registers raw task results (a slurped /proc/meminfo, the uri module's status, the
+community.docker modules' answers, `sparkops-gpu-check --json`'s stdout, ...) and passes them
+here in one mapping, with its settings in another:
+
+    {{ facts | sparkops_preflight(settings) }}
+
+This module only reads those mappings (pure: no I/O) and knows Ansible's result shapes: a
+skipped task has no `rc`, a uri that reached nothing has status -1, a Docker module that could
+not ask Docker has no `exists`. The verdicts themselves are sparkops.doctor.checks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from sparkops.doctor import checks
+from sparkops.doctor.checks import Check
+
+
+class Settings(BaseModel):
+    """preflight.yml's variables the verdicts depend on (sparkops_preflight_<name>)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    drop_caches: bool = True
+    min_available_gib: float = 8
+    min_available_gib_wsl2: float = 16
+    vllm_url: str = "http://127.0.0.1:8000"
+    vllm_container: str = ""
+    hash_algo: str = "xxhash"
+    concurrency: int = 1000
+    tokens_per_request: int = 300
+    max_kv_usage: float = 0.70
+    output_dir: str = "/var/lib/sparkops"
+    min_free_disk_gib: float = 20
+
+
+class SettingsError(ValueError):
+    """A preflight variable with a value of the wrong kind; the message names the variable."""
+
+
+def parse_settings(settings: Mapping[str, Any]) -> Settings:
+    """Validate the playbook's settings, naming the variable a user got wrong."""
+    try:
+        return Settings.model_validate(dict(settings))
+    except ValidationError as error:
+        problems = "; ".join(
+            f"sparkops_preflight_{'.'.join(str(p) for p in item['loc'])}: {item['msg']}"
+            for item in error.errors()
+        )
+        raise SettingsError(problems) from error
+
+
+def _text(result: Mapping[str, Any] | None, key: str) -> str:
+    value = (result or {}).get(key)
+    return "" if value is None else str(value).strip()
+
+
+def _rc(result: Mapping[str, Any] | None) -> int | None:
+    """A command's exit status; None when it never ran (skipped, or the module failed first)."""
+    rc = (result or {}).get("rc")
+    return None if rc is None else int(rc)
+
+
+def gpu_verdict(result: Mapping[str, Any] | None) -> tuple[dict | None, str]:
+    """sparkops-gpu-check's JSON verdict, or None and why there is none.
+
+    The exit status alone cannot tell "stuck" (2) from "no such file" (2 from the command
+    module), so the JSON on stdout is the answer and its absence is the failure.
+    """
+    stdout = _text(result, "stdout")
+    try:
+        verdict = json.loads(stdout.splitlines()[-1]) if stdout else None
+    except ValueError:
+        verdict = None
+    if isinstance(verdict, dict) and "state" in verdict:
+        return verdict, ""
+    why = _text(result, "stderr") or _text(result, "msg") or stdout or "no output"
+    return None, why
+
+
+def run_checks(facts: Mapping[str, Any], settings: Settings) -> list[Check]:
+    """Every check, in the order the playbook has always printed them."""
+    drop = facts.get("drop") or {}
+    health = facts.get("health") or {}
+    container = facts.get("container") or {}
+    xxhash = facts.get("xxhash") or {}
+    metrics = facts.get("metrics") or {}
+    cache_config = metrics.get("cache_config") or {}
+    status = int(health.get("status", -1))
+    up = status == 200
+
+    found: list[Check] = [
+        checks.page_cache_dropped(
+            settings.drop_caches, bool(facts.get("check_mode")), _rc(drop), _text(drop, "stderr")
+        ),
+        checks.memory_headroom(
+            str(facts.get("meminfo") or ""),
+            str(facts.get("kernel") or ""),
+            settings.min_available_gib,
+            settings.min_available_gib_wsl2,
+        ),
+        checks.vllm_healthy(status, settings.vllm_url),
+    ]
+    if settings.vllm_container:
+        found.append(
+            checks.vllm_container(
+                settings.vllm_container,
+                probed="exists" in container,
+                exists=bool(container.get("exists")),
+                state=(container.get("container") or {}).get("State") or {},
+                error=_text(container, "msg"),
+            )
+        )
+    found.append(checks.gpu_power_state(*gpu_verdict(facts.get("gpu"))))
+    found.append(checks.prefix_caching_hash_algo(up, cache_config, settings.hash_algo))
+    found.append(
+        checks.kv_cache_headroom(
+            up,
+            cache_config,
+            metrics.get("kv_cache_usage"),
+            settings.concurrency,
+            settings.tokens_per_request,
+            settings.max_kv_usage,
+        )
+    )
+    found.append(
+        checks.xxhash_importable(
+            settings.vllm_container,
+            _rc(xxhash),
+            _text(xxhash, "stdout"),
+            _text(xxhash, "stderr"),
+            _text(xxhash, "msg"),
+            container_probed="exists" in container,
+            server_algo=(cache_config.get("prefix_caching_hash_algo") or "") if up else "",
+        )
+    )
+    disk = facts.get("disk") or {}
+    found.append(
+        checks.output_disk_space(
+            int(_text(disk, "stdout") or 0), settings.output_dir, settings.min_free_disk_gib
+        )
+    )
+    return found
+
+
+def preflight(facts: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary preflight.yml prints: {"ok": bool, "checks": [{name, ok, detail, fix}]}."""
+    return checks.summarise(run_checks(facts, parse_settings(settings)))
