@@ -215,8 +215,19 @@ def test_wsl2_with_little_linux_memory_left_is_refused():
     facts = fixture_facts("rtx-spark-wsl2-low", "wsl2", gpu_total=total)
     verdict = check_launch(FP8, facts)
     assert not verdict.ok
-    assert "WSL2's Linux side has 5.3 GB available" in verdict.message
-    assert ".wslconfig" in verdict.message
+    assert "WSL2's Linux side has 5.3 GB available, under 8 GB" in verdict.message
+    # The launch itself fits the GPU: the fix is the Linux side's memory, not the cache.
+    assert verdict.message.endswith(
+        "Fix: close programs in Windows and WSL, or give WSL more memory in .wslconfig"
+    )
+    assert "kv_cache_memory_bytes" not in verdict.message
+
+
+def test_a_config_the_planner_cannot_read_leaves_the_verdict_without_a_quote():
+    facts = HostFacts(kind="native", mem_total_bytes=128 * GB, mem_available_bytes=125 * GB)
+    verdict = check_launch(with_kv(FP8, 100 * GIB), facts, hf_config={"model_type": "x"})
+    assert not verdict.ok and verdict.serves is None
+    assert "set vllm.kv_cache_memory_bytes to" in verdict.message
 
 
 def test_settings_move_the_bar():

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sparkops.errors import UserError
-from sparkops.plan.memory import GB, GIB, MIB, plan_memory
+from sparkops.plan.memory import GB, GIB, MIB, MemoryPlan, plan_memory
 from sparkops.profiles.schema import Profile
 
 HostKind = Literal["native", "wsl2"]
@@ -326,15 +326,17 @@ def check_launch(
             )
     assert headroom is not None and largest is not None
     largest = max(0, largest) // MIB * MIB
+    sized_right = not problems
     if wsl and facts.mem_available_bytes < int(settings.wsl_linux_gb * GB):
         problems.append(
             f"WSL2's Linux side has {_gb(facts.mem_available_bytes)} available, under "
-            f"{settings.wsl_linux_gb:g} GB: close programs in Windows and WSL, or give WSL "
-            "more memory in .wslconfig"
+            f"{settings.wsl_linux_gb:g} GB"
         )
 
     serves = _serves(profile, hf_config, largest, seqs) if largest else None
-    message = _message(profile, host, parts, pool, problems, largest, serves, others, need)
+    message = _message(
+        profile, host, parts, pool, problems, largest, serves, others, need, sized_right
+    )
     return Verdict(
         ok=not problems,
         host=host,
@@ -357,17 +359,10 @@ def _serves(
     config = hf_config or profile.hf_config
     if not config:
         return None
-    dtype = profile.vllm.kv_cache_dtype or "bf16"
-    dtype = "bf16" if dtype in ("auto", "bfloat16") else dtype
-    weights_gb = profile.weights_gib * GIB / GB
-    plan = plan_memory(
-        config,
-        kv_dtype=dtype,
-        memory_gb=weights_gb + kv_bytes / GB,
-        weights_gb=weights_gb,
-        seqs=seqs or profile.vllm.max_num_seqs,
-        context=profile.vllm.max_model_len,
-    )
+    try:
+        plan = _plan(profile, config, kv_bytes, seqs)
+    except UserError:  # a config the planner cannot read: the verdict stands without a quote
+        return None
     return {
         "seqs": plan.seqs_at_context,
         "context": plan.context,
@@ -376,13 +371,35 @@ def _serves(
     }
 
 
-def _message(profile, host, parts, pool, problems, largest, serves, others, need) -> str:
+def _plan(profile: Profile, config: dict[str, Any], kv_bytes: int, seqs: int | None) -> MemoryPlan:
+    """plan_memory for the profile's weights plus a `kv_bytes` cache (auto KV dtype: bf16)."""
+    dtype = profile.vllm.kv_cache_dtype or "bf16"
+    dtype = "bf16" if dtype in ("auto", "bfloat16") else dtype
+    weights_gb = profile.weights_gib * GIB / GB
+    return plan_memory(
+        config,
+        kv_dtype=dtype,
+        memory_gb=weights_gb + kv_bytes / GB,
+        weights_gb=weights_gb,
+        seqs=seqs or profile.vllm.max_num_seqs,
+        context=profile.vllm.max_model_len,
+    )
+
+
+def _message(
+    profile, host, parts, pool, problems, largest, serves, others, need, sized_right
+) -> str:
     """One line: the sum, and either "fits" or the refusal with its fix."""
     total = sum(parts.values())
     summed = " + ".join(f"{label} {_gb(value)}" for label, value in parts.items())
     head = f"{host}: {profile.name} needs {summed} = {_gb(total)} of {_gb(pool)}"
     if not problems:
         return f"{head}: fits"
+    if sized_right:  # only the Linux side of WSL2 is short: the launch itself fits
+        return (
+            f"{head}: refused, {'; '.join(problems)}. Fix: close programs in Windows and WSL, "
+            "or give WSL more memory in .wslconfig"
+        )
     if largest <= 0:
         fix = (
             "the weights and activations alone leave no room for a KV cache: use smaller "
