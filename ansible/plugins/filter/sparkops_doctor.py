@@ -11,22 +11,22 @@ file only adapts it to Ansible (a bad setting becomes an AnsibleFilterError nami
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
+# ansible-playbook from another environment than the kit's venv: use the checkout's sources.
+if importlib.util.find_spec("sparkops") is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 try:
     from sparkops.doctor.preflight import SettingsError, preflight
-except ImportError:  # ansible from another environment: use the checkout's sources
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
-    try:
-        from sparkops.doctor.preflight import SettingsError, preflight
-    except ImportError as exc:  # pragma: no cover - depends on the controller's environment
-        raise AnsibleFilterError(
-            f"sparkops_preflight needs pydantic on the controller ({exc}): run ansible-playbook "
-            "from the kit's .venv (make venv) or pip install pydantic"
-        ) from exc
+except ImportError as exc:  # pragma: no cover - depends on the controller's environment
+    raise AnsibleFilterError(
+        f"sparkops_preflight needs pydantic on the controller ({exc}): run ansible-playbook "
+        "from the kit's .venv (make venv) or pip install pydantic"
+    ) from exc
 
 
 def sparkops_preflight(facts, settings) -> dict:
