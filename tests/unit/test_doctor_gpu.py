@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,13 @@ def test_parsers_read_what_nvidia_smi_prints():
     )
     assert gpu.parse_cuda_version("CUDA Version        : 13.0\n") == "13.0"
     assert gpu.parse_cuda_version("no version here") is None
+
+
+def test_the_package_installs_it_as_a_console_script(capsys):
+    """The run record finds `sparkops-gpu-check` beside the venv's python: the same main()."""
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        scripts = tomllib.load(handle)["project"]["scripts"]
+    module, _, function = scripts["sparkops-gpu-check"].partition(":")
+    assert (module, function) == ("sparkops.doctor.gpu", "main")
+    assert gpu.main(["--samples", "0"]) == 5
+    assert capsys.readouterr().err.startswith("sparkops-gpu-check: error: --samples")
