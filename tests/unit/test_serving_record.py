@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,6 +17,7 @@ from sparkops.batch.progress import ProgressView
 from sparkops.batch.serving_record import Change, build_identity, cache_config, diff
 from sparkops.errors import UserError
 from sparkops.render import render_inventory
+from sparkops.report import serving as report_serving
 from tests.plugins.inventories import make_inventory
 
 # vLLM 0.11-style /metrics excerpt: cache_config_info is an info gauge with the engine label.
@@ -222,3 +225,19 @@ def test_a_change_is_said_above_the_bar_or_as_a_warning_and_marks_the_bar(capsys
     assert expected in err.replace("\n", "") and "Traceback" not in err
     assert view.drift == "serving changed (serving.jsonl)"
     assert view._progress.tasks[0].fields["stalled"] == "serving changed (serving.jsonl)"
+
+
+def test_gpu_state_is_the_real_gpu_checks_answer_about_the_fixture_gpu(monkeypatch, tmp_path):
+    """sparkops-gpu-check itself runs, reading the fixture nvidia-smi (a GB10's answers)."""
+    smi = Path(__file__).parents[1] / "fixtures" / "bin" / "nvidia-smi"
+    tool = tmp_path / "sparkops-gpu-check"
+    tool.write_text(
+        f'#!/bin/sh\nexec {sys.executable} -m sparkops.doctor.gpu "$@" --nvidia-smi {smi}\n'
+    )
+    tool.chmod(0o755)
+    monkeypatch.setattr(serving, "_gpu_check_path", lambda: str(tool))
+    gpu = serving.gpu_state(["http://127.0.0.1:8000"])
+    assert gpu["gpu"]["name"] == "NVIDIA GB10" and gpu["gpu"]["driver_version"] == "580.95.05"
+    assert gpu["samples"] == 2  # GPU_CHECK_ARGS: a short look, not the 5 s default
+    text = report_serving.gpu_text(gpu)
+    assert "name NVIDIA GB10" in text and "cuda_version 13.0" in text and "check: " in text

@@ -463,20 +463,24 @@ async def _record_serving(
     """The run's start line in serving.jsonl: what serves the job now, against what served
     it before (a resumed job); --strict-serving refuses a changed setup before any request."""
     log = serving.ServingLog.load(cfg.out)
+    # the GPU check (a second or two of nvidia-smi samples) runs while the endpoints answer
     gpu = asyncio.create_task(asyncio.to_thread(serving.gpu_state, cfg.endpoints))
-    found: dict[str, serving_record.Identity | None] = {}
-    problems: dict[str, str] = {}
-    for ep in pool.endpoints:
-        try:
-            found[ep.base] = await serving.probe(side, ep.base, ep.metrics_url, headers)
-        except vllm_api.NoAnswer as err:
-            found[ep.base], problems[ep.base] = None, str(err)
-    if cfg.strict_serving and (off := log.off_baseline(found)):
-        gpu.cancel()
-        base, changes = next(iter(off.items()))
-        raise JobStopped(serving.strict_message(base, changes, during=False))
+    try:
+        found: dict[str, serving_record.Identity | None] = {}
+        problems: dict[str, str] = {}
+        for ep in pool.endpoints:
+            try:
+                found[ep.base] = await serving.probe(side, ep.base, ep.metrics_url, headers)
+            except vllm_api.NoAnswer as err:
+                found[ep.base], problems[ep.base] = None, str(err)
+        if cfg.strict_serving and (off := log.off_baseline(found)):
+            base, changes = next(iter(off.items()))
+            raise JobStopped(serving.strict_message(base, changes, during=False))
+        gpu_state = await gpu
+    finally:
+        gpu.cancel()  # stopped or interrupted: no task left pending (a no-op once done)
     context = serving.job_context(
-        manifest.pipeline_fingerprint, manifest.input_fingerprint, await gpu, stack
+        manifest.pipeline_fingerprint, manifest.input_fingerprint, gpu_state, stack
     )
     done = journal.done_ok + journal.done_err
     for base, changes in log.write_start(run, found, problems, context, done).items():

@@ -44,7 +44,7 @@ SERVING = "serving.jsonl"
 PROBE_TIMEOUT_S = 10.0
 GPU_CHECK = "sparkops-gpu-check"
 GPU_CHECK_ARGS = ("--json", "--samples", "2", "--interval", "0.5")
-GPU_CHECK_TIMEOUT_S = 20.0
+GPU_CHECK_TIMEOUT_S = 10.0
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 

@@ -19,7 +19,7 @@ from sparkops.batch.serving import SERVING
 from sparkops.batch.serving_record import Change, diff
 
 # GPU fields that describe the hardware and its software, not the moment (clocks, pstate).
-GPU_FIELDS = ("name", "driver_version", "cuda_version", "power.limit", "clocks.max.sm")
+GPU_FIELDS = ("name", "driver_version", "cuda_version", "clock_max_mhz", "power_limit_w")
 
 
 @dataclass(frozen=True)

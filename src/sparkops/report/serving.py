@@ -143,6 +143,7 @@ def gpu_text(gpu: Any) -> str:
     if not isinstance(ident, dict):
         ident = {}
     parts = [f"{k} {v}" for k, v in ident.items() if v not in (None, "")]
+    parts += [f"{k} {gpu[k]}" for k in ("clock_mhz", "power_w") if gpu.get(k) is not None]
     parts.append(f"check: {gpu.get('state')}")
     return ", ".join(parts)
 
