@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkops.render.inventory import read_inventory
 from sparkops.render.role_vars import (
@@ -114,3 +115,41 @@ def test_a_role_internal_under_the_public_prefix_is_refused() -> None:
     (the allow-list of role internals is gone, so an inventory cannot set one by accident)."""
     (problem,) = role_variable_problems({"qsfp_network_iface": "eth0"}, SPECS)
     assert problem.startswith("qsfp_network_iface is not a variable of the role qsfp_network")
+
+
+def test_no_role_sets_a_public_name_at_run_time() -> None:
+    """prometheus-community's convention, checked on every role: set_fact and role vars use
+    _role_x, register uses __role_x; the public role_x names are the argument_specs' only."""
+
+    def set_names(tasks: object) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = []
+        if isinstance(tasks, list):
+            for task in tasks:
+                found += set_names(task)
+        elif isinstance(tasks, dict):
+            if isinstance(tasks.get("register"), str):
+                found.append(("register", tasks["register"]))
+            for module in ("set_fact", "ansible.builtin.set_fact"):
+                if isinstance(tasks.get(module), dict):
+                    found += [("set_fact", k) for k in tasks[module] if k != "cacheable"]
+            if isinstance(tasks.get("vars"), dict):
+                found += [("vars", k) for k in tasks["vars"]]
+            for key in ("block", "rescue", "always"):
+                found += set_names(tasks.get(key))
+        return found
+
+    wrong = []
+    for role_dir in sorted((REPO / "ansible" / "roles").iterdir()):
+        role = role_dir.name
+        files = sorted(role_dir.glob("tasks/*.yml")) + sorted(role_dir.glob("handlers/*.yml"))
+        names = [kind_name for f in files for kind_name in set_names(yaml.safe_load(f.read_text()))]
+        role_vars = role_dir / "vars" / "main.yml"
+        if role_vars.is_file():
+            names += [("vars/main.yml", k) for k in yaml.safe_load(role_vars.read_text()) or {}]
+        for kind, name in names:
+            expected = f"__{role}_" if kind == "register" else f"_{role}_"
+            # A task's own vars may be plain words (they live for one task), never public names.
+            plain = kind == "vars" and not name.startswith(role + "_")
+            if not name.startswith(expected) and not plain:
+                wrong.append(f"{role}: {kind} {name} (expected {expected}...)")
+    assert wrong == []
