@@ -118,8 +118,12 @@ def markdown_lines(summary: Mapping[str, Any] | None) -> list[str]:
             why = ident.get("unreachable") if isinstance(ident, dict) else "no answer"
             lines += [f"| unreachable | {why} |", ""]
             continue
-        fields = [k for k in SHOWN if k in ident] + sorted(k for k in ident if k not in SHOWN)
+        rest = sorted(k for k in ident if k not in SHOWN)
+        unset = [k for k in rest if str(ident[k]) in ("", "None")]
+        fields = [k for k in SHOWN if k in ident] + [k for k in rest if k not in unset]
         lines += [f"| {k} | {_cell(ident[k])} |" for k in fields]
+        if unset:
+            lines.append(f"| ({len(unset)} more without a value) | see serving.jsonl |")
         lines.append("")
     lines.append(f"- Kit version: {summary.get('kit_version')}")
     if summary.get("kit_versions"):
