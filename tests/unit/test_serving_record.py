@@ -15,6 +15,7 @@ from sparkops.batch import serving, serving_record
 from sparkops.batch.engine import Stats
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.serving_record import Change, build_identity, cache_config, diff
+from sparkops.compare import serving as compare_serving
 from sparkops.errors import UserError
 from sparkops.render import render_inventory
 from sparkops.report import serving as report_serving
@@ -241,3 +242,27 @@ def test_gpu_state_is_the_real_gpu_checks_answer_about_the_fixture_gpu(monkeypat
     assert gpu["samples"] == 2  # GPU_CHECK_ARGS: a short look, not the 5 s default
     text = report_serving.gpu_text(gpu)
     assert "name NVIDIA GB10" in text and "cuda_version 13.0" in text and "check: " in text
+
+
+# ---- compare: two runs' setups -------------------------------------------------------------
+
+
+def test_compare_pairs_endpoints_by_position_and_reads_stack_and_gpu(tmp_path):
+    ctx_a = serving.job_context("pf", "if", {"gpu": {"name": "NVIDIA GB10", "pstate": "P8"}}, None)
+    ctx_b = serving.job_context("pf", "if", {"gpu": {"name": "NVIDIA GB10", "pstate": "P0"}}, {})
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out, ctx, port, ident in (
+        (a, ctx_a, 1, identity()),
+        (b, ctx_b, 2, identity(version="0.12")),
+    ):
+        out.mkdir()
+        found = {f"http://h:{port}": ident, f"http://h:{port}0": identity()}
+        serving.ServingLog.load(out).write_start(1, found, {}, ctx, 0)
+    setup_a, setup_b = compare_serving.load_setup(a), compare_serving.load_setup(b)
+    assert setup_a is not None and setup_b is not None
+    assert setup_a.fields["gpu.name"] == "NVIDIA GB10" and "gpu.pstate" not in setup_a.fields
+    changes = compare_serving.setup_diff(setup_a, setup_b)
+    assert [(c.field, c.before, c.after) for c in changes] == [
+        ("endpoint 1 version", "0.11.0", "0.12")
+    ]
+    assert compare_serving.load_setup(tmp_path / "none") is None
