@@ -194,3 +194,23 @@ def test_the_package_installs_it_as_a_console_script(capsys):
     assert (module, function) == ("sparkops.doctor.gpu", "main")
     assert gpu.main(["--samples", "0"]) == 5
     assert capsys.readouterr().err.startswith("sparkops-gpu-check: error: --samples")
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    """`sparkops-gpu-check --json | head -c1`: the verdict's code, nothing on stderr."""
+    (tmp_path / "gpu-state").write_text("stuck")
+    env = {
+        "PATH": f"{NVIDIA_SMI.parent}:/usr/bin:/bin",
+        "SPARKOPS_FIXTURE_GPU_STATE_FILE": str(tmp_path / "gpu-state"),
+        "SPARKOPS_GPU_CHECK_CONFIG": str(tmp_path / "absent.json"),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-I", str(SCRIPT), "--json", "--samples", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    proc.stdout.close()  # gone before the script has sampled, so its print meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 2
+    assert err == ""

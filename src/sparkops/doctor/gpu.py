@@ -308,9 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = check(args)
     try:
         print(json.dumps(result) if args.json else result["message"], flush=True)
-    except BrokenPipeError:
-        sys.stdout = None  # type: ignore[assignment]  # the reader left: nothing more to say
-    return result["rc"]
+    except BrokenPipeError:  # the reader left (`| head`): keep the verdict's code, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return int(result["rc"])
 
 
 if __name__ == "__main__":
