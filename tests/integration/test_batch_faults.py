@@ -15,14 +15,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
+from tests.plugins.cli import Finished, assert_quiet, batch_run, sparkops, start
 from tests.plugins.fault_server import (
-    NOISE,
     ONE_STEP,
-    FaultServer,
     choice_not_object,
     drop,
     hang,
@@ -38,24 +36,9 @@ from tests.plugins.fault_server import (
 pytestmark = pytest.mark.integration
 
 
-def command(job: dict[str, Path], server: FaultServer, *extra: str) -> list[str]:
-    return [
-        sys.executable, "-m", "sparkops.cli", "batch", "run", "--pipeline", str(job["pipeline"]),
-        "--input", str(job["input"]), "--out", str(job["out"]), "--endpoint", server.openai_url,
-        "--no-progress", "--sample-interval", "0.5", *extra,
-    ]  # fmt: skip
-
-
-def run(job, server, *extra, limit: float = 30.0) -> subprocess.CompletedProcess:
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        command(job, server, *extra), capture_output=True, text=True, timeout=limit + 30
-    )
-    proc.elapsed = time.monotonic() - t0  # type: ignore[attr-defined]
-    assert proc.elapsed < limit, (proc.elapsed, proc.stderr)  # type: ignore[attr-defined]
-    for noise in NOISE:
-        assert noise not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return proc
+def run(job, server, *extra, limit: float = 30.0) -> Finished:
+    """`sparkops batch run` for ``job`` against ``server``, within ``limit`` s, no noise."""
+    return sparkops(*batch_run(job, server.openai_url, extra=extra), limit=limit)
 
 
 def rows(job) -> list[dict]:
@@ -113,8 +96,7 @@ def test_an_openai_batch_job_fails_fast_too_and_resumes(tmp_path, fault_server):
            "--out", str(out), "--endpoint", fault_server.url, "--no-progress"]  # fmt: skip
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert first.returncode == 1 and "HTTP 401" in first.stderr
-    for noise in NOISE:
-        assert noise not in first.stdout + first.stderr
+    assert_quiet(first.stdout, first.stderr)
     assert (out / "results.jsonl").read_text() == ""
     fault_server.default = ok()
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -186,11 +168,8 @@ def test_a_record_the_server_always_fails_gives_up_alone(job, fault_server):
 def test_the_only_server_dies_the_job_stops_once_then_resumes(job, fault_server):
     ids = write_records(job["input"], 300)
     fault_server.default = slow(0.05)
-    proc = subprocess.Popen(
-        command(job, fault_server, "--retry-for", "2", "--concurrency", "4"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start(
+        *batch_run(job, fault_server.openai_url, extra=("--retry-for", "2", "--concurrency", "4"))
     )
     try:
         deadline = time.monotonic() + 30
@@ -208,8 +187,7 @@ def test_the_only_server_dies_the_job_stops_once_then_resumes(job, fault_server)
     assert waited < 8  # one job-level deadline (2 s), not 2 s per queued call
     (line,) = error_lines(stderr)
     assert "no endpoint has answered for 2 s" in line and "run the same command again" in line
-    for noise in NOISE:
-        assert noise not in stderr
+    assert_quiet("", stderr)
     before = rows(job)
     assert 20 <= len(before) < 300 and all(r["status"] == "done" for r in before)
     fault_server.start()
@@ -233,12 +211,7 @@ def test_a_signal_mid_job_cancels_flushes_and_a_resume_completes_once(
 ):
     ids = write_records(job["input"], 200)
     fault_server.default = slow(0.2)
-    proc = subprocess.Popen(
-        command(job, fault_server, "--concurrency", "16"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start(*batch_run(job, fault_server.openai_url, extra=("--concurrency", "16")))
     try:
         deadline = time.monotonic() + 30
         while len(rows(job)) < 30 and time.monotonic() < deadline:
@@ -252,8 +225,7 @@ def test_a_signal_mid_job_cancels_flushes_and_a_resume_completes_once(
             proc.kill()
             proc.wait()
     assert proc.returncode == code and waited < 6, (waited, stderr)
-    for noise in NOISE:
-        assert noise not in stdout + stderr
+    assert_quiet(stdout, stderr)
     done = rows(job)
     (line,) = error_lines(stderr)
     assert line == (
@@ -282,15 +254,14 @@ def test_a_crash_is_one_line_and_the_traceback_goes_to_a_private_log(job, fault_
         "from sparkops.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    cmd = command(job, fault_server, "--concurrency", "4")
+    cmd = batch_run(job, fault_server.openai_url, extra=("--concurrency", "4"))
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", boom, *cmd[3:]], capture_output=True, text=True, timeout=60
     )
     assert time.monotonic() - t0 < 30
     assert proc.returncode == 1
-    for noise in NOISE:
-        assert noise not in proc.stdout + proc.stderr
+    assert_quiet(proc.stdout, proc.stderr)
     (line,) = error_lines(proc.stderr)
     assert "internal error (RuntimeError)" in line and "crash.log" in line
     log = job["out"] / "crash.log"
@@ -305,9 +276,7 @@ def test_a_crash_is_one_line_and_the_traceback_goes_to_a_private_log(job, fault_
 def test_a_signal_while_the_server_is_checked_is_one_line(job, fault_server):
     write_records(job["input"], 10)
     fault_server.override("/v1/models", hang())
-    proc = subprocess.Popen(
-        command(job, fault_server), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = start(*batch_run(job, fault_server.openai_url))
     try:
         deadline = time.monotonic() + 30
         while fault_server.paths["/v1/models"] < 1 and time.monotonic() < deadline:
@@ -319,8 +288,7 @@ def test_a_signal_while_the_server_is_checked_is_one_line(job, fault_server):
             proc.kill()
             proc.wait()
     assert proc.returncode == 130
-    for noise in NOISE:
-        assert noise not in stdout + stderr
+    assert_quiet(stdout, stderr)
     assert error_lines(stderr) == [
         "sparkops: interrupted (SIGINT) before any record was sent; run the same command "
         "again to resume"

@@ -17,9 +17,9 @@ import shlex
 import signal
 import stat
 import subprocess
-import sys
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -27,8 +27,9 @@ import pytest
 from sparkops.batch import job as job_mod
 from sparkops.batch.job import JobConfig, run_job
 from sparkops.errors import UserError
+from tests.plugins import cli
+from tests.plugins.cli import assert_quiet, batch_run, start
 from tests.plugins.fault_server import (
-    NOISE,
     FaultServer,
     hang,
     openai_lines,
@@ -60,36 +61,12 @@ def job(tmp_path: Path) -> dict[str, Path]:
     return {"pipeline": pipeline, "input": tmp_path / "in.jsonl", "out": tmp_path / "job"}
 
 
-def command(job: dict[str, Path], endpoint: str, *extra: str, out: Path | None = None) -> list[str]:
-    return [
-        sys.executable, "-m", "sparkops.cli", "batch", "run", "--pipeline", str(job["pipeline"]),
-        "--input", str(job["input"]), "--out", str(out or job["out"]), "--endpoint", endpoint,
-        "--no-progress", "--sample-interval", "0.5", *extra,
-    ]  # fmt: skip
+# Every CLI call here must finish within 30 s and print no traceback or asyncio noise.
+sparkops = partial(cli.sparkops, limit=30.0)
 
 
-def check_output(proc: subprocess.CompletedProcess, t0: float, limit: float) -> None:
-    elapsed = time.monotonic() - t0
-    assert elapsed < limit, (elapsed, proc.stderr)
-    for noise in NOISE:
-        assert noise not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-
-
-def sparkops(*args: str, limit: float = 30.0, **kw) -> subprocess.CompletedProcess:
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "sparkops.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=limit + 30,
-        **kw,
-    )
-    check_output(proc, t0, limit)
-    return proc
-
-
-def run(job, server: FaultServer, *extra, limit: float = 30.0, **kw) -> subprocess.CompletedProcess:
-    return sparkops(*command(job, server.openai_url, *extra)[3:], limit=limit, **kw)
+def run(job, server: FaultServer, *extra, limit: float = 30.0, **kw) -> cli.Finished:
+    return sparkops(*batch_run(job, server.openai_url, extra=extra), limit=limit, **kw)
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -112,11 +89,9 @@ def test_second_run_is_refused_naming_the_pid_and_kill_9_leaves_a_lock_the_next_
     ids = write_records(job["input"], 40)
     fault_server.first(4, slow(0.1))
     fault_server.default = hang()  # the first run stays busy until it is killed
-    first = subprocess.Popen(
-        command(job, fault_server.openai_url, "--concurrency", "4"),
+    first = start(
+        *batch_run(job, fault_server.openai_url, extra=("--concurrency", "4")),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         deadline = time.monotonic() + 30
@@ -164,7 +139,7 @@ def test_full_disk_stops_with_one_line_and_the_job_resumes_once_there_is_room(
     fault_server.content = "no " + "x" * 400  # ~0.5 KiB per results line: 64 KiB fills
     disk, copy = tmp_path / "disk", tmp_path / "copy"
     disk.mkdir()
-    run_cmd = shlex.join(command(job, fault_server.openai_url, out=disk / "job"))
+    run_cmd = shlex.join(batch_run(job, fault_server.openai_url, out=disk / "job"))
     script = (
         f"mount -t tmpfs -o size=64k tmpfs {disk} || exit 99\n"
         f"{run_cmd} >{tmp_path}/out1 2>{tmp_path}/err1; echo $? >{tmp_path}/rc1\n"
@@ -184,7 +159,7 @@ def test_full_disk_stops_with_one_line_and_the_job_resumes_once_there_is_room(
     assert time.monotonic() - t0 < 90
     first = subprocess.CompletedProcess([], int((tmp_path / "rc1").read_text()))
     first.stdout, first.stderr = (tmp_path / "out1").read_text(), (tmp_path / "err1").read_text()
-    check_output(first, t0, 90)
+    assert_quiet(first.stdout, first.stderr)
     assert first.returncode == 1, first.stderr
     line = one_error_line(first)
     assert "No space left on device" in line and "run the same command again" in line
@@ -193,7 +168,7 @@ def test_full_disk_stops_with_one_line_and_the_job_resumes_once_there_is_room(
     (tmp_path / "full" / "results.jsonl").read_bytes().decode("utf-8")  # whole lines only
     second = subprocess.CompletedProcess([], int((tmp_path / "rc2").read_text()))
     second.stdout, second.stderr = (tmp_path / "out2").read_text(), (tmp_path / "err2").read_text()
-    check_output(second, t0, 90)
+    assert_quiet(second.stdout, second.stderr)
     assert second.returncode == 0, second.stderr
     assert results(copy) == Counter(ids)
 
@@ -359,7 +334,7 @@ def test_bom_inputs_finish_every_record(job, fault_server, tmp_path):
 def test_endpoint_without_http_names_the_fix_and_sends_nothing(job, fault_server):
     write_records(job["input"], 3)
     bare = fault_server.openai_url.removeprefix("http://")
-    proc = sparkops(*command(job, bare)[3:])
+    proc = sparkops(*batch_run(job, bare))
     assert proc.returncode == 2
     assert one_error_line(proc).endswith(f"write it as http://{bare}")
     assert fault_server.paths == Counter() and not job["out"].exists()

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -22,36 +21,16 @@ from pathlib import Path
 import pytest
 
 from sparkops.samples import sample_paths
-from tests.plugins.fault_server import NOISE, ok, write_records
+from tests.plugins import cli
+from tests.plugins.cli import batch_run, finish, sparkops
+from tests.plugins.fault_server import ok, write_records
 
 pytestmark = pytest.mark.integration
 
 
-def command(job: dict[str, Path], urls: list[str], *extra: str) -> list[str]:
-    endpoints = [a for u in urls for a in ("--endpoint", u)]
-    return [
-        sys.executable, "-m", "sparkops.cli", "batch", "run", "--pipeline", str(job["pipeline"]),
-        "--input", str(job["input"]), "--out", str(job["out"]), *endpoints,
-        "--sample-interval", "0.5", *extra,
-    ]  # fmt: skip
-
-
 def start(job, urls, *extra) -> subprocess.Popen:
-    return subprocess.Popen(
-        command(job, urls, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def finish(proc: subprocess.Popen, t0: float, limit: float) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=max(1.0, limit - (time.monotonic() - t0)))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"job still running after {limit} s:\n{err[-3000:]}") from None
-    for noise in NOISE:
-        assert noise not in out + err, out + err
-    return proc.returncode, out, err
+    """`sparkops batch run` for ``job`` over ``urls``, its progress line on (as a user sees)."""
+    return cli.start(*batch_run(job, *urls, extra=extra, progress=True))
 
 
 def lines(path: Path) -> list[dict]:
@@ -76,12 +55,7 @@ def assert_exactly_once(job, ids: list[str]) -> None:
 
 
 def sparkops_report(out: Path) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-m", "sparkops.cli", "report", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = sparkops("report", str(out), timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads((out / "report.json").read_text())
 
@@ -175,10 +149,8 @@ def test_with_every_endpoint_stalled_the_job_stops_with_one_line_and_resumes(job
 def test_a_bad_stall_after_is_a_usage_error(job, fault_server):
     write_records(job["input"], 3)
     for bad in ("-1", "nan"):
-        proc = subprocess.run(
-            command(job, [fault_server.openai_url], "--stall-after", bad),
-            capture_output=True,
-            text=True,
+        proc = sparkops(
+            *batch_run(job, fault_server.openai_url, extra=("--stall-after", bad), progress=True),
             timeout=60,
         )
         assert proc.returncode == 2, proc.stderr

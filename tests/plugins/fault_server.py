@@ -89,12 +89,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge, Info, generate_latest
 from prometheus_client import Counter as PromCounter
 
+# What a user must never see from `sparkops batch run`; the CLI runner owns it, tests import
+# it from either module.
+from tests.plugins.cli import NOISE as NOISE
+
 MARKER = re.compile(r"\[id:([^\]\s]+)\]")
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 
-
-# What a user must never see from `sparkops batch run`: tracebacks and asyncio's clean-up noise.
-NOISE = ("Traceback", "Task exception", "Session is closed", "Unclosed", "was never retrieved")
 
 # A one-step pipeline over `write_records` records, for jobs against this server.
 ONE_STEP = """\

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from sparkops.batch import journal, openai_batch
-from tests.openai_format import OutputLine, parse_line
+from tests.plugins.openai_format import OutputLine, parse_line
 
 CHAT = {
     "id": "chatcmpl-1",
