@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sparkops.local.server import HOST, port_is_free
+from tests.plugins.cli import sparkops
 
 
 def _listener(port: int = 0) -> socket.socket:
@@ -81,13 +81,7 @@ def _local_up(port: int, tmp_path: Path) -> subprocess.CompletedProcess:
         "SPARKOPS_CACHE": str(tmp_path / "cache"),
         "SPARKOPS_VLLM_PYTHON": str(tmp_path / "no-vllm" / "python"),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "sparkops.cli", "local", "up", "--port", str(port)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    return sparkops("local", "up", "--port", str(port), env=env, timeout=60, quiet=False)
 
 
 def test_local_up_right_after_down_gets_past_the_port_check(
