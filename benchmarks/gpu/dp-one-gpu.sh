@@ -23,6 +23,9 @@ set -u
 
 W=${W:-/tmp/w} SITE=${SITE:-/tmp/site} LSITE=${LSITE:-/tmp/lsite} STAGE=${STAGE:-/tmp/vpk}
 P3=${P3:-/tmp/p3} NAME=vllm-0.26.0-h200 KILL_AFTER=${KILL_AFTER:-20}
+# JOBS: a subset, in this order. ROUTER_WORKERS: LiteLLM's --num_workers appended to the
+# rendered router command (an experiment: one worker held the router at 100% of a core).
+JOBS=${JOBS:-router direct router_kill direct_kill} ROUTER_WORKERS=${ROUTER_WORKERS:-}
 R=$P3/rendered
 mkdir -p "$W/out" "$SITE" "$LSITE"
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
@@ -42,7 +45,7 @@ mkdir -p "$W/model" "$W/pipe"
 cp "$P3"/model/* "$W/model/"; cp "$P3/model_config.json" "$W/model/config.json"
 cp -r "$P3"/pipe/* "$W/pipe/"
 sed -i "s/^model: .*/model: llama8b-dummy/" "$W/pipe/stroke-triage.yaml"
-python3 "$P3/mkrec.py" "$P3/triage_notes.jsonl" "$W" R D RK DK
+python3 "$P3/mkrec.py" "$P3/triage_notes.jsonl" "$W" R D RK DK W WK
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 TRANSFORMERS_OFFLINE=1 CUDA_VISIBLE_DEVICES=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 log "vllm $(PYTHONPATH=$SITE python3 -c 'import vllm; print(vllm.__version__)' 2>/dev/null)"
@@ -74,7 +77,7 @@ grep -hiE 'KV cache|Maximum concurrency' "$W"/replica-?.log | cut -c1-200 | head
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv
 
 line=$(PYTHONPATH=$SITE python3 "$P3/compose_argv.py" "$R/replica-a/compose.yml" router \
-  python3 -m litellm.proxy.proxy_cli)
+  python3 -m litellm.proxy.proxy_cli)${ROUTER_WORKERS:+ --num_workers $ROUTER_WORKERS}
 echo "$line" | sed 's/LITELLM_MASTER_KEY=[^ ]*/LITELLM_MASTER_KEY=.../' > "$W/router.cmd"
 PYTHONPATH=$LSITE:$SITE setsid bash -c "exec $line" > "$W/router.log" 2>&1 < /dev/null &
 echo $! > "$W/router.pid"
@@ -89,9 +92,10 @@ snap() {  # tag: both replicas' /metrics
 mkdir -p "$W/metrics"
 job() {  # name records-tag [--kill] endpoint-options...
   local name=$1 tag=$2 kill=""; shift 2
+  [[ " $JOBS " == *" $name "* ]] || return 0
   [ "${1:-}" = --kill ] && { kill=1; shift; }
   log "=== $name ($*)"; snap "$name.before"
-  PYTHONPATH=$P3/kit:$SITE timeout 400 python3 -m sparkops.cli batch run \
+  PYTHONPATH=$P3/kit:$SITE timeout "${JOB_TIMEOUT:-400}" python3 -m sparkops.cli batch run \
     --pipeline "$W/pipe/stroke-triage.yaml" --input "$W/recs_$tag.jsonl" --out "$W/$name" \
     --concurrency 1000 --no-progress "$@" > "$W/$name.log" 2>&1 &
   local pid=$!
@@ -139,8 +143,10 @@ PY
 ROUTER=(--endpoint http://127.0.0.1:4000/v1 --api-key-env LITELLM_MASTER_KEY)
 DIRECT=(--endpoint http://127.0.0.1:8000/v1 --endpoint http://127.0.0.2:8000/v1)
 job router R "${ROUTER[@]}"
+job router_workers W "${ROUTER[@]}"
 job direct D "${DIRECT[@]}"
 job router_kill RK --kill "${ROUTER[@]}"
+job router_workers_kill WK --kill "${ROUTER[@]}"
 start_replica replica-b
 wait_url http://127.0.0.2:8000/health "$W/replica-b.pid" 600 || { tail -30 "$W/replica-b.log"; exit 1; }
 log "replica-b healthy again"
