@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = local.add_subparsers(dest="local_command", required=True)
 
     up = commands.add_parser("up", help="start N servers and wait until they are healthy")
-    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="first port (default 8000)")
+    up.add_argument("--port", type=int, default=DEFAULT_PORT, help="first port")
     up.add_argument("--replicas", type=int, default=1, help="servers on ports P..P+N-1")
     up.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache per server, GiB")
     up.add_argument("--max-num-seqs", type=int, default=None, help="vLLM --max-num-seqs")
