@@ -8,7 +8,7 @@
 set -euo pipefail
 
 OUT=${OUT:-.gpu/p3}
-LITELLM_VERSION=${LITELLM_VERSION:-1.108.7}
+LITELLM_VERSION=${LITELLM_VERSION:-$(sed -n 's/^LITELLM_VERSION=//p' src/sparkops/versions.env)}
 CACHE=${SPARKOPS_CACHE:-.cache}
 rm -rf "$OUT" && mkdir -p "$OUT/model" "$OUT/pipe" "$OUT/kit"
 .venv/bin/sparkops render --inventory benchmarks/gpu/inventory/one-gpu-dp \

@@ -5,13 +5,14 @@
 #
 # Env:
 #   SPARKOPS_CACHE    cache folder (default: .cache next to the Makefile)
-#   LITELLM_VERSION   litellm release (default 1.108.7, the release the deploy tests ran)
+#   LITELLM_VERSION   litellm release (default: LITELLM_VERSION in src/sparkops/versions.env,
+#                     the release the deploy tests ran)
 #   PYTHON            interpreter to build the venv from (default python3)
 set -euo pipefail
 # shellcheck source=scripts/local/venv-lib.sh
 . "$(dirname "$0")/venv-lib.sh"
 # Importing litellm would fetch its model cost map from the internet: use the bundled copy.
 export LITELLM_LOCAL_MODEL_COST_MAP=True
-version=${LITELLM_VERSION:-1.108.7}
+version=${LITELLM_VERSION:-$PINNED_LITELLM_VERSION}
 ensure_venv litellm litellm "$version" litellm.proxy.proxy_server "litellm[proxy]==$version"
 "$VENV/bin/python" -c 'import litellm.proxy.proxy_server; from importlib.metadata import version; print("litellm ready:", version("litellm"))'

@@ -1,8 +1,8 @@
-"""The vLLM and Ray releases the kit pins, read from versions.env beside this module.
+"""The vLLM, Ray and LiteLLM releases the kit pins, read from versions.env beside this module.
 
 versions.env is plain KEY=VALUE so that shell scripts can source it and Docker builds can take
 it as build args: one file for every consumer, so the pins cannot drift apart. This module is
-the Python side of it (the GB10 base image, the Ray version baked into docker/vllm).
+the Python side of it (the GB10 base image, the build args of docker/vllm and docker/litellm).
 """
 
 from __future__ import annotations
@@ -27,5 +27,6 @@ def read_pins(text: str) -> dict[str, str]:
 PINS = read_pins(files("sparkops").joinpath("versions.env").read_text())
 VLLM_VERSION = PINS["VLLM_VERSION"]
 RAY_VERSION = PINS["RAY_VERSION"]
+LITELLM_VERSION = PINS["LITELLM_VERSION"]
 # docker/vllm's default base: the upstream vLLM image of the pinned release.
 VLLM_BASE_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"

@@ -17,6 +17,7 @@ from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
 from sparkops.render.inventory import read_inventory
 from sparkops.render.stack import client_endpoints, plan_stack, required_images
+from sparkops.versions import LITELLM_VERSION
 from tests.plugins.inventories import make_inventory
 
 
@@ -302,7 +303,7 @@ def test_required_images_follow_the_stack(tmp_path):
     router = dp["spark-1"][1]
     assert router["build"] == {
         "context": "litellm",
-        "args": {"BASE_IMAGE": "python:3.12-slim", "LITELLM_VERSION": "1.108.7"},
+        "args": {"BASE_IMAGE": "python:3.12-slim", "LITELLM_VERSION": LITELLM_VERSION},
         "problem": "",
     }
     assert "LITELLM_LOCAL_MODEL_COST_MAP=True" in router["probe"]

@@ -1,7 +1,7 @@
-"""One source for the vLLM and Ray pins: src/sparkops/versions.env, read by every consumer.
+"""One source for the vLLM, Ray and LiteLLM pins: src/sparkops/versions.env, read by every consumer.
 
 The pins used to be written out in the Dockerfiles, the install scripts, the render settings
-and the vllm_serving role (3 and 4 copies), so a bump could miss one. These prove no copy is
+and the roles (3 to 5 copies each), so a bump could miss one. These prove no copy is
 left and that each consumer really takes its value from the file.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sparkops import versions
-from sparkops.render.settings import ServingVars
+from sparkops.render.settings import RouterVars, ServingVars
 
 REPO = Path(__file__).resolve().parents[2]
 PINS_FILE = REPO / "src" / "sparkops" / "versions.env"
@@ -24,18 +24,19 @@ CONSUMERS = [
     *REPO.glob("src/sparkops/**/*.py"),
     *REPO.glob("src/sparkops/**/*.j2"),
     *REPO.glob("ansible/**/*.yml"),
+    *REPO.glob("benchmarks/**/*.sh"),
     REPO / "Makefile",
 ]
 
 
 def test_the_file_is_what_python_reads() -> None:
     pins = versions.read_pins(PINS_FILE.read_text())
-    assert set(pins) == {"VLLM_VERSION", "RAY_VERSION"}
+    assert set(pins) == {"VLLM_VERSION", "RAY_VERSION", "LITELLM_VERSION"}
     assert pins["VLLM_VERSION"] == versions.VLLM_VERSION
     assert pins["RAY_VERSION"] == versions.RAY_VERSION
 
 
-@pytest.mark.parametrize("key", ["VLLM_VERSION", "RAY_VERSION"])
+@pytest.mark.parametrize("key", ["VLLM_VERSION", "RAY_VERSION", "LITELLM_VERSION"])
 def test_no_consumer_writes_a_pin_out_again(key: str) -> None:
     value = versions.PINS[key]
     copies = [str(p.relative_to(REPO)) for p in CONSUMERS if value in p.read_text()]
@@ -47,9 +48,12 @@ def test_a_malformed_line_is_refused_by_name() -> None:
         versions.read_pins("# ok\nVLLM_VERSION 0.1\n")
 
 
-def test_the_gb10_build_takes_both_pins() -> None:
+def test_empty_role_defaults_mean_the_pins() -> None:
     assert ServingVars().base_image == f"vllm/vllm-openai:v{versions.VLLM_VERSION}"
     assert ServingVars(base_image="lab/vllm:1").base_image == "lab/vllm:1"
+    assert RouterVars().version == versions.LITELLM_VERSION
+    assert RouterVars(version="").version == versions.LITELLM_VERSION
+    assert RouterVars(version="1.2.3").version == "1.2.3"
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkops.errors import UserError
-from sparkops.versions import VLLM_BASE_IMAGE
+from sparkops.versions import LITELLM_VERSION, VLLM_BASE_IMAGE
 
 
 class _Strict(BaseModel):
@@ -119,7 +119,8 @@ class RouterVars(_Strict):
     image: str = "sparkops/litellm:local"
     # docker/litellm's Python base image and the LiteLLM release it installs.
     base_image: str = "python:3.12-slim"
-    version: str = Field(default="1.108.7", pattern=r"^[0-9][0-9A-Za-z.+-]*$")
+    # Empty: the kit's LiteLLM pin (src/sparkops/versions.env).
+    version: str = Field(default="", pattern=r"^([0-9][0-9A-Za-z.+-]*)?$", validate_default=True)
     port: int = Field(default=4000, ge=1, le=65535)
     bind_address: str = "127.0.0.1"
     model_name: str = ""
@@ -127,6 +128,12 @@ class RouterVars(_Strict):
     routing_strategy: Literal["simple-shuffle", "least-busy", "latency-based-routing"] = (
         "simple-shuffle"
     )
+
+    @field_validator("version")
+    @classmethod
+    def _pinned_version(cls, value: str) -> str:
+        return value or LITELLM_VERSION
+
     num_retries: int = Field(default=2, ge=0)
     timeout: int = Field(default=600, gt=0)
     allowed_fails: int = Field(default=3, ge=0)
