@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkops.plan.memory import GB, GIB, plan_memory
 from sparkops.render import render_inventory
 from tests.plugins.hosts import Host, inventory, run_docker
 from tests.plugins.inventories import make_inventory
@@ -86,8 +87,44 @@ def run_guard(tmp_path: Path, host: Host, meminfo: str, *args: str, **extra) -> 
     return run
 
 
+# A Gemma-3-12B-shaped text config (48 layers, 8 KV heads of 256, 5 of every 6 layers sliding
+# over 1,024 tokens), downloaded into the host's Hugging Face cache as vLLM would leave it.
+GEMMA_CONFIG = {
+    "model_type": "gemma3",
+    "text_config": {
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 48,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 256,
+        "hidden_size": 3840,
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+    },
+}
+SNAPSHOT = (
+    "/var/lib/sparkops/hf-cache/hub/models--RedHatAI--gemma-4-12B-it-FP8-dynamic/snapshots/"
+    "0123456789abcdef0123456789abcdef01234567"
+)
+
+
 def test_a_busy_dgx_spark_is_refused_before_any_change(host, tmp_path):
     use_gpu_fixture(host, "dgx-spark-busy")
+    host.exec(
+        ["sh", "-c", f"mkdir -p {SNAPSHOT} && cat > {SNAPSHOT}/config.json"],
+        input=json.dumps(GEMMA_CONFIG),
+        check=True,
+    )
+    largest = 57_640_222_720
+    holds = plan_memory(
+        GEMMA_CONFIG,
+        kv_dtype="fp8",
+        memory_gb=13.5 * GIB / GB + largest / GB,
+        weights_gb=13.5 * GIB / GB,
+        seqs=1024,
+        context=8192,
+    )
+    assert holds.seqs_at_context == 132  # 8 full layers x 8,192 + 40 sliding x 1,024 tokens
     for mode in ((), ("--check",)):
         run = run_guard(
             tmp_path / ("check" if mode else "run"),
@@ -102,9 +139,14 @@ def test_a_busy_dgx_spark_is_refused_before_any_change(host, tmp_path):
         assert f"{host.name}: gb10-gemma4-12b-fp8 needs weights 14.5 GB" in run.output
         assert "other GPU processes 23.1 GB" in run.output
         assert "refused, available memory 86.1 GB" in run.output
-        assert "Fix: set vllm.kv_cache_memory_bytes to 57640222720 (53.7 GiB) or less" in run.output
+        assert f"Fix: set vllm.kv_cache_memory_bytes to {largest} (53.7 GiB) or less" in run.output
+        assert (
+            f"which holds 132 sequences x 8,192 tokens "
+            f"(1,024 sequences x {holds.usable_ctx_per_seq:,} tokens)" in run.output
+        )
         assert "48213 VLLM::EngineCore" in run.output
     assert host.exec("test -e /opt/sparkops").returncode == 1  # nothing written
+    host.exec("rm -rf /var/lib/sparkops", check=True)
 
 
 def test_an_rtx_spark_under_wsl2_fits_and_a_second_run_changes_nothing(host, tmp_path):

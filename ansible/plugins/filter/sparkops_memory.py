@@ -82,8 +82,21 @@ def sparkops_memory_guard(readings, profile_name, settings, host="this host") ->
     return verdict.as_dict()
 
 
+def sparkops_hf_cache_folder(profile_name) -> str:
+    """The profile's model folder in a Hugging Face cache's hub/ ("models--org--name"), where
+    the deploy looks for config.json once the weights have been downloaded."""
+    try:
+        model = load_profile(str(profile_name)).model
+    except UserError as err:
+        raise AnsibleFilterError(str(err)) from None
+    return "models--" + model.replace("/", "--")
+
+
 class FilterModule:
-    """Registers the filter."""
+    """Registers the filters."""
 
     def filters(self):
-        return {"sparkops_memory_guard": sparkops_memory_guard}
+        return {
+            "sparkops_memory_guard": sparkops_memory_guard,
+            "sparkops_hf_cache_folder": sparkops_hf_cache_folder,
+        }
