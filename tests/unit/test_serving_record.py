@@ -17,6 +17,8 @@ from sparkops.batch.progress import ProgressView
 from sparkops.batch.serving_record import Change, build_identity, cache_config, diff
 from sparkops.compare import serving as compare_serving
 from sparkops.errors import UserError
+from sparkops.local import state as local_state
+from sparkops.local.server import Server
 from sparkops.render import render_inventory
 from sparkops.report import serving as report_serving
 from tests.plugins.inventories import make_inventory
@@ -266,3 +268,12 @@ def test_compare_pairs_endpoints_by_position_and_reads_stack_and_gpu(tmp_path):
         ("endpoint 1 version", "0.11.0", "0.12")
     ]
     assert compare_serving.load_setup(tmp_path / "none") is None
+
+
+def test_no_local_stack_without_a_live_local_server_on_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARKOPS_CACHE", str(tmp_path))
+    assert serving.local_stack(["http://127.0.0.1:8000"]) is None  # nothing on record
+    # on record, but that pid is not (or no longer) the server: start time and argv differ
+    gone = Server(pid=os.getpid(), port=8000, start_ticks=1, started_at=0.0, log_path="x")
+    local_state.save([gone])
+    assert serving.local_stack(["http://127.0.0.1:8000/v1"]) is None

@@ -220,7 +220,10 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
 
 async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     spec, kind, api_key = _validate(cfg)
-    stack = serving.read_stack_record(cfg.stack_record) if cfg.stack_record else None
+    if cfg.stack_record:
+        stack = serving.read_stack_record(cfg.stack_record)
+    else:
+        stack = serving.local_stack([normalise_base(u) for u in cfg.endpoints])
     scan = scan_input(cfg.input, kind, cfg.id_field)
     if scan.duplicates:
         shown = ", ".join(f"{rid!r} (line {line})" for rid, line in scan.duplicates[:5])

@@ -8,7 +8,8 @@ OpenAI meta line also carries its `serving` epoch):
 - `{"event": "start", ...}` once per run: the kit's version, the pipeline and input
   fingerprints, the GPU state (`sparkops-gpu-check --json`, when it runs on this machine,
   else {"unavailable": why}), the stack's own record (`--stack-record`, written by the
-  deploy next to the compose file), and per endpoint its identity (see serving_record) or
+  deploy next to the compose file, or the `sparkops local up` server's model and command
+  line when an endpoint is one), and per endpoint its identity (see serving_record) or
   {"unreachable": why}; `changes` per endpoint when a resumed job finds another setup.
 - `{"event": "change", "endpoint": ..., "identity": ..., "changes": [...]}` whenever an
   endpoint's identity changes during a run (re-checked on every metrics sample, so also
@@ -147,6 +148,38 @@ def read_stack_record(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"--stack-record {path} is not a JSON object; pass stack-record.json")
     return without_secrets(data)
+
+
+def local_stack(endpoints: list[str]) -> dict[str, Any] | None:
+    """The record of a `sparkops local up` server behind one of the endpoints, or None.
+
+    Read from the local servers' record (sparkops.local.state) and the live process: its
+    model and the exact command line it runs (/proc/PID/cmdline; the environment is left
+    out, it may hold secrets). A pid that is no longer that server counts as none.
+    """
+    from sparkops.local import state  # the local stack's own record
+    from sparkops.local.server import is_our_process
+
+    bases = {url.rstrip("/").removesuffix("/v1") for url in endpoints}
+    try:
+        servers = state.load()
+    except (OSError, TypeError, KeyError):  # unreadable or hand-edited: no local record
+        return None
+    for server in servers:
+        if server.base_url not in bases or not is_our_process(server):
+            continue
+        try:
+            argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        return {
+            "local": True,
+            "endpoint": server.base_url,
+            "model": server.model,
+            "started_at": server.started_at,
+            "command": [a.decode("utf-8", "replace") for a in argv if a],
+        }
+    return None
 
 
 def without_secrets(obj: Any) -> Any:

@@ -21,6 +21,9 @@ from sparkops.batch.serving_record import Change, diff
 # GPU fields that describe the hardware and its software, not the moment (clocks, pstate).
 GPU_FIELDS = ("name", "driver_version", "cuda_version", "clock_max_mhz", "power_limit_w")
 
+# Stack fields that name the moment or the address, not the setup.
+STACK_MOMENT = ("started_at", "endpoint")
+
 
 @dataclass(frozen=True)
 class Setup:
@@ -61,7 +64,8 @@ def flatten(start: dict[str, Any]) -> dict[str, str]:
     stack = start.get("stack")
     if isinstance(stack, dict):
         for key, value in stack.items():
-            out[f"stack.{key}"] = _text(value)
+            if key not in STACK_MOMENT:
+                out[f"stack.{key}"] = _text(value)
     gpu = start.get("gpu")
     ident = gpu.get("gpu") if isinstance(gpu, dict) else None
     if isinstance(ident, dict):

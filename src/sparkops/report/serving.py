@@ -156,6 +156,9 @@ def stack_text(stack: Any) -> str:
     """The deployed stack in a phrase (profile, image), or how to record it."""
     if not isinstance(stack, dict):
         return "not recorded (pass --stack-record DIR/stack-record.json from the deploy)"
+    if stack.get("local"):
+        command = " ".join(map(str, stack.get("command") or []))
+        return f"`sparkops local up` server, model {stack.get('model')}: `{command}`"
     keys = ("profile", "image", "base_image", "base_digest", "host", "role")
     parts = [f"{k} {stack[k]}" for k in keys if stack.get(k)]
     return ", ".join(parts) or "recorded (see serving.jsonl)"
