@@ -3,7 +3,9 @@
 Ansible variables `vllm_serving_*`, `litellm_router_*` and `ray_cluster_*` map onto the three
 models below with the prefix removed; an unknown key under a known prefix is refused (a typo
 would otherwise fall back to a default silently). The defaults here are the documented
-defaults of the roles (ansible/roles/*/defaults/main.yml mirror them).
+defaults of the roles (ansible/roles/*/defaults/main.yml mirror them, names and values, checked
+by tests/unit/test_inventory_role_specs.py): `sparkops render` applies these where Ansible
+applies the roles'.
 """
 
 from __future__ import annotations
