@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -214,3 +215,12 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 2
     assert err == ""
+
+
+def test_the_roles_config_names_exactly_the_thresholds_the_script_reads():
+    """host_tuning writes /etc/sparkops/gpu-check.json; an unknown key would stop the check."""
+    template = (INSTALLED.parent.parent / "templates" / "gpu-check.json.j2").read_text()
+    keys = set(re.findall(r"'(\w+)':", template))
+    assert keys == set(gpu.Thresholds.__dataclass_fields__)
+    for key in keys:
+        assert f"host_tuning_gpu_check_{key}" in template
