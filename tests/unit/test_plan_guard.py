@@ -210,6 +210,17 @@ def test_this_stacks_own_vllm_is_not_counted_against_a_redeploy():
     assert verdict.ok, verdict.message
 
 
+def test_own_vllm_with_unreported_memory_leaves_the_now_check_to_the_start():
+    apps = "48213, VLLM::EngineCore, [N/A]\n"
+    facts = fixture_facts("dgx-spark-busy", "native", apps=apps, gpu_total="[N/A]", own=[48213])
+    verdict = check_launch(FP8, facts)
+    assert verdict.ok, verdict.message
+    assert verdict.message.endswith("memory-guard.sh checks it when the new one starts)")
+    # Someone else's process with unreported memory does not switch the check off.
+    other = fixture_facts("dgx-spark-busy", "native", apps=apps, gpu_total="[N/A]")
+    assert not check_launch(FP8, other).ok
+
+
 def test_wsl2_with_little_linux_memory_left_is_refused():
     total = (FIXTURES / "rtx-spark-wsl2" / "gpu-memory-total").read_text()
     facts = fixture_facts("rtx-spark-wsl2-low", "wsl2", gpu_total=total)

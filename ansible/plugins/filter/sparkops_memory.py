@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
@@ -39,15 +41,20 @@ SETTINGS = (
 NULLABLE = ("total_gb", "activations_gb")  # None: MemTotal (WSL2: 128 GB); the platform's figure
 
 
-def _number(value):
+def _number(value: Any) -> float | None:
     return None if value in (None, "") else float(value)
 
 
-def _pids(text: str) -> list[int]:
+def _pids(text: Any) -> list[int]:
     return [int(word) for word in str(text or "").split() if word.isdigit()]
 
 
-def sparkops_memory_guard(readings, profile_name, settings, host="this host") -> dict:
+def sparkops_memory_guard(
+    readings: Mapping[str, Any],
+    profile_name: str,
+    settings: Mapping[str, Any],
+    host: str = "this host",
+) -> dict[str, Any]:
     """The guard's verdict for this host (see the module docstring)."""
     try:
         profile = load_profile(str(profile_name))
@@ -82,7 +89,7 @@ def sparkops_memory_guard(readings, profile_name, settings, host="this host") ->
     return verdict.as_dict()
 
 
-def sparkops_hf_cache_folder(profile_name) -> str:
+def sparkops_hf_cache_folder(profile_name: str) -> str:
     """The profile's model folder in a Hugging Face cache's hub/ ("models--org--name"), where
     the deploy looks for config.json once the weights have been downloaded."""
     try:
@@ -95,7 +102,7 @@ def sparkops_hf_cache_folder(profile_name) -> str:
 class FilterModule:
     """Registers the filters."""
 
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sparkops_memory_guard": sparkops_memory_guard,
             "sparkops_hf_cache_folder": sparkops_hf_cache_folder,

@@ -25,7 +25,8 @@ Three checks, each with its own margin:
 - the GPU's own memory where nvidia-smi reports one (WSL2: what the NVIDIA app set aside):
   weights + KV + activations + other GPU processes <= GPU memory - margin;
 - now (native hosts): weights + KV + activations <= MemAvailable + this stack's GPU memory -
-  margin, so memory other programs hold today counts too.
+  margin, so memory other programs hold today counts too (skipped, and said so, where this
+  stack's running vLLM does not report its memory: the start-time check then decides).
 
 Right before vLLM starts, the host's own check (templates/serving/memory-guard.sh.j2) drops
 the page cache and compares MemAvailable with `start_bar_bytes`: the launch plus the margin
@@ -90,6 +91,10 @@ class HostFacts:
 
     def own_gpu_bytes(self) -> int:
         return sum(p.used_bytes or 0 for p in self.gpu_processes if p.pid in self.own_pids)
+
+    def own_unreported(self) -> bool:
+        """Whether one of this stack's GPU processes does not report its memory ([N/A])."""
+        return any(p.used_bytes is None for p in self.gpu_processes if p.pid in self.own_pids)
 
 
 @dataclass(frozen=True)
@@ -305,7 +310,11 @@ def check_launch(
     checks = [("memory", pool, reserve + other_bytes, f"{kept} and other GPU processes")]
     if facts.gpu_total_bytes is not None:
         checks.append(("GPU memory", facts.gpu_total_bytes, other_bytes, "other GPU processes"))
-    if not wsl:
+    # What this stack's running vLLM holds comes back on a redeploy; where the driver does not
+    # say how much, what is available now is unknowable here and memory-guard.sh decides at
+    # start (after the old vLLM stopped).
+    check_now = not wsl and not facts.own_unreported()
+    if check_now:
         now = facts.mem_available_bytes + facts.own_gpu_bytes()
         checks.append(("available memory", now, 0, ""))
     # What a sized cache costs besides itself (weights, activations) gives the largest cache.
@@ -337,6 +346,11 @@ def check_launch(
     message = _message(
         profile, host, parts, pool, problems, largest, serves, others, need, sized_right
     )
+    if not wsl and not check_now:
+        message += (
+            " (available memory not checked: this stack's running vLLM does not report its "
+            "memory; memory-guard.sh checks it when the new one starts)"
+        )
     return Verdict(
         ok=not problems,
         host=host,
@@ -387,7 +401,16 @@ def _plan(profile: Profile, config: dict[str, Any], kv_bytes: int, seqs: int | N
 
 
 def _message(
-    profile, host, parts, pool, problems, largest, serves, others, need, sized_right
+    profile: Profile,
+    host: str,
+    parts: dict[str, int],
+    pool: int,
+    problems: list[str],
+    largest: int,
+    serves: dict[str, int] | None,
+    others: list[GpuProcess],
+    need: LaunchNeed,
+    sized_right: bool,
 ) -> str:
     """One line: the sum, and either "fits" or the refusal with its fix."""
     total = sum(parts.values())
