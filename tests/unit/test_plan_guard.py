@@ -12,10 +12,9 @@ The seeds' figures quoted here:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,7 @@ from sparkops.plan.guard import (
 )
 from sparkops.plan.memory import GB, GIB, MIB, plan_memory
 from sparkops.profiles import load_profile
+from tests.plugins.cli import sparkops
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "memory"
 FP8 = load_profile("gb10-gemma4-12b-fp8")
@@ -260,19 +260,9 @@ def test_start_bars():
 
 
 def run_cli(*args: str, fixture_dir: str = "") -> subprocess.CompletedProcess[str]:
+    """`sparkops plan guard` through the shared runner: within 60 s, no traceback."""
     env = {**os.environ, "SPARKOPS_FIXTURE_DIR": str(FIXTURES / fixture_dir)}
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "sparkops.cli", "plan", "guard", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert time.monotonic() - started < 60
-    assert "Traceback" not in done.stdout + done.stderr
-    return done
+    return sparkops("plan", "guard", *args, limit=60, env=env)
 
 
 def test_cli_refuses_with_one_line_and_exit_2():
@@ -305,8 +295,6 @@ def test_cli_json_on_an_rtx_spark():
         fixture_dir="rtx-spark-wsl2",
     )
     assert done.returncode == 0, done.stderr
-    import json
-
     verdict = json.loads(done.stdout)
     assert verdict["ok"] and verdict["kind"] == "wsl2"
     assert verdict["need"]["Windows share"] == 32 * GB
