@@ -55,7 +55,9 @@ class Stop:
     """Why a job stopped before its input was done (every unfinished record resumes).
 
     kind: "signal" (SIGINT/SIGTERM; `signum` set), "fail-fast" (the first calls all failed
-    with one cause) or "no-answer" (no endpoint answered for --retry-for seconds).
+    with one cause), "no-answer" (no endpoint answered for --retry-for seconds), "stalled"
+    (every endpoint stalled) or "serving-changed" (--strict-serving saw an endpoint's
+    identity change, batch/serving.py).
     """
 
     kind: str
