@@ -72,6 +72,7 @@ def write_inventory(root: Path) -> Path:
         "vllm_serving_extra_env:\n"
         "  GROUPS: \"{{ group_names | join(',') }}\"\n"
         "  FIRST: \"{{ groups['pair'] | first }}\"\n"
+        "  HEAD: \"{{ hostvars[groups['pair'][0]].ansible_host }}\"\n"
     )
     (root / "group_vars" / "priority").write_text(
         json.dumps({"ray_cluster_interface": "from-priority"})  # a file without extension
@@ -113,10 +114,12 @@ def test_variables_resolve_as_ansible_resolves_them(tmp_path: Path) -> None:
     assert ours["spark-2"]["vllm_serving_extra_env"] == {
         "GROUPS": "pair,priority,sparks",
         "FIRST": "spark-1",
+        "HEAD": "10.0.0.11",
     }
     assert parsed.hosts == ["spark-1", "spark-2"]
     assert parsed.groups["sparks"] == ["spark-1", "spark-2"]
     assert "groups" not in parsed.hostvars["spark-1"]  # Ansible's magic is not a setting
+    assert "hostvars" not in parsed.hostvars["spark-1"]
 
 
 def test_lookups_and_defaults_follow_ansible(tmp_path: Path, monkeypatch) -> None:
@@ -147,6 +150,10 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         ("bad yaml", "broken.yml is not valid YAML (line 3). Fix the file."),
         ("undefined", "inventory host spark-1: vllm_serving_hf_cache: "),
         ("no hosts file", "no hosts.yml in"),
+        (
+            "hosts as a list",
+            'Invalid "hosts" entry for "all" group, requires a dictionary, found list',
+        ),
     ],
 )
 def test_inventory_errors_are_one_line_and_exit_2(tmp_path: Path, case: str, expected: str) -> None:
@@ -158,6 +165,8 @@ def test_inventory_errors_are_one_line_and_exit_2(tmp_path: Path, case: str, exp
         broken.write_text("vllm_serving_port: 1\nvllm_serving_image: [unclosed\n")
     elif case == "undefined":
         broken.write_text('vllm_serving_hf_cache: "{{ qsfp_adress }}"\n')
+    elif case == "hosts as a list":
+        (inventory / "hosts.yml").write_text("all:\n  hosts: [spark-1, spark-2]\n")
     else:
         (inventory / "hosts.yml").unlink()
     with pytest.raises(UserError):

@@ -15,7 +15,11 @@ No ansible.cfg or collection is needed: only ansible.builtin plugins are used.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,12 +54,15 @@ def _plain(value: Any) -> Any:
 
 
 def _vars_files(base: Path) -> list[Path]:
-    """Every file under group_vars/ and host_vars/ (what Ansible's host_group_vars reads)."""
+    """The files under group_vars/ and host_vars/ that Ansible's host_group_vars plugin reads
+    (YAML or JSON by extension, or no extension)."""
     return sorted(
         path
         for folder in ("group_vars", "host_vars")
         for path in (base / folder).rglob("*")
-        if path.is_file() and not path.name.startswith(".")
+        if path.is_file()
+        and not path.name.startswith(".")
+        and path.suffix in (".yml", ".yaml", ".json", "")
     )
 
 
@@ -66,18 +73,16 @@ def _check_files(base: Path, hosts_file: Path) -> None:
         text = path.read_text(errors="replace")
         if text.lstrip().startswith("$ANSIBLE_VAULT"):
             raise UserError(f"{path} is vault-encrypted: {VAULT_FIX}")
-        if path.suffix in (".yml", ".yaml", ".json", ""):
-            try:
-                yaml.safe_load(text)
-            except yaml.constructor.ConstructorError:
-                pass  # Ansible's own tags (!vault, !unsafe): Ansible decides
-            except yaml.YAMLError as err:
-                mark = getattr(err, "problem_mark", None)
-                where = f" (line {mark.line + 1})" if mark is not None else ""
-                raise UserError(f"{path} is not valid YAML{where}. Fix the file.") from None
-    top = yaml.safe_load(hosts_file.read_text())
-    if not isinstance(top, dict) or not top:
-        raise UserError(f"{hosts_file}: expected Ansible's YAML format with an 'all:' group")
+        try:
+            data = yaml.safe_load(text)
+        except yaml.constructor.ConstructorError:
+            continue  # Ansible's own tags (!vault, !unsafe): Ansible decides
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise UserError(f"{path} is not valid YAML{where}. Fix the file.") from None
+        if path == hosts_file and (not isinstance(data, dict) or not data):
+            raise UserError(f"{hosts_file}: expected Ansible's YAML format with an 'all:' group")
 
 
 def _start_ansible() -> None:
@@ -114,6 +119,37 @@ def _resolve(host: str, key: str, value: Any, templar: Any) -> Any:
         return _plain(value)
 
 
+def _type_name(found: re.Match[str]) -> str:
+    return found.group(1).lower()
+
+
+def _parse(manager_class: Any, loader: Any, base: Path, hosts_file: Path) -> Any:
+    """InventoryManager over the directory, as `ansible-playbook -i DIR` parses it. Ansible
+    only warns (a page of it, once per plugin) when it cannot parse hosts.yml and then goes on
+    with no hosts: that becomes one line naming the file and the YAML plugin's reason. Other
+    warnings are passed on as Ansible wrote them."""
+    from ansible.errors import AnsibleError
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            manager = manager_class(loader=loader, sources=[str(base)])
+    except AnsibleError as err:
+        raise UserError(f"{base}: {_reason(err)}. Fix the inventory.") from None
+    warnings = said.getvalue()
+    if f"Unable to parse {hosts_file.resolve()} as an inventory source" in warnings:
+        found = re.search(r"Failed to parse inventory with 'yaml' plugin: (.+)", warnings)
+        reason = found.group(1).rstrip(".") if found else "Ansible could not parse it"
+        # "<class 'ansible...._AnsibleTaggedList'>" -> "list": the type the user wrote
+        reason = re.sub(r"\"?<class '[\w.]*?(?:_AnsibleTagged)?(\w+)'>\"?", _type_name, reason)
+        raise UserError(
+            f"{hosts_file}: {reason}. Write it in Ansible's YAML inventory format "
+            "(all: -> hosts: / children: mappings)."
+        )
+    sys.stderr.write(warnings)
+    return manager
+
+
 def read_inventory(directory: str | Path) -> Inventory:
     """Parse an inventory directory into hosts and fully merged, resolved variables."""
     base = Path(directory)
@@ -130,23 +166,22 @@ def read_inventory(directory: str | Path) -> Inventory:
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
+    from ansible.vars.hostvars import HostVars
     from ansible.vars.manager import VariableManager
 
     _start_ansible()
     loader = DataLoader()
-    try:
-        manager = InventoryManager(loader=loader, sources=[str(base)])
-    except AnsibleError as err:
-        raise UserError(f"{base}: {_reason(err)}. Fix the inventory.") from None
+    manager = _parse(InventoryManager, loader, base, hosts_file)
     variables = VariableManager(loader=loader, inventory=manager)
-    # What Ansible adds to every host without an inventory (groups, playbook_dir, ...): not
+    HostVars(manager, variables, loader)  # `hostvars[...]` in a template, as in a play
+    # What Ansible adds to every host without an inventory (groups, hostvars, ...): not
     # inventory variables, so not part of a host's settings.
-    magic = set(variables.get_vars(include_hostvars=False))
+    magic = set(variables.get_vars())
     hosts = [host.name for host in manager.get_hosts()]
     inv = Inventory(hosts=hosts, groups={k: list(v) for k, v in manager.get_groups_dict().items()})
     for host in manager.get_hosts():
         try:
-            merged = variables.get_vars(host=host, include_hostvars=False)
+            merged = variables.get_vars(host=host)
         except AnsibleError as err:
             raise UserError(
                 f"inventory host {host.name}: {_reason(err)}. Fix the inventory."
