@@ -129,6 +129,16 @@ def test_rtx_spark_wsl2_a_64_gib_cache_is_refused_with_the_largest_that_fits():
     assert check_launch(with_kv(FP8, verdict.largest_kv_bytes), wsl2_rtx_spark()).ok
 
 
+def test_a_smaller_gpu_share_is_refused_by_the_gpu_memory_check():
+    # The NVIDIA app set to 80 GB (76,294 MiB): the 60 GiB cache no longer fits the GPU side.
+    facts = fixture_facts("rtx-spark-wsl2", "wsl2", gpu_total="76294\n")
+    verdict = check_launch(FP8, facts)
+    assert not verdict.ok
+    assert verdict.problems == [
+        "GPU memory 80.0 GB less the launch's 88.9 GB leaves -8.9 GB, under the 4.0 GB margin"
+    ]
+
+
 def test_four_bit_model_needs_a_little_over_60_gb_for_the_gpu():
     verdict = check_launch(FOUR_BIT, wsl2_rtx_spark())
     assert verdict.ok, verdict.message
