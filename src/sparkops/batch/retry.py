@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -25,7 +26,9 @@ NEVER_RETRY = frozenset({501, 505})
 MAX_RETRY_AFTER = 300.0
 
 
-def backoff_delay(attempt: int, base: float = 0.5, cap: float = 20.0, rng=random.random) -> float:
+def backoff_delay(
+    attempt: int, base: float = 0.5, cap: float = 20.0, rng: Callable[[], float] = random.random
+) -> float:
     """Seconds to wait before retry number `attempt` (1-based): uniform in [0, min(cap, base*2^n)].
 
     Full jitter spreads 1,000 retrying calls over the window instead of re-sending them in
