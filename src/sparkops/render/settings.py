@@ -196,7 +196,11 @@ def serving_topology(hostvars: dict) -> str:
     return TOPOLOGY_OF.get(str(hostvars.get("sparkops_topology", "single")), "single")
 
 
-PREFIXES = {"vllm_serving_": ServingVars, "litellm_router_": RouterVars, "ray_cluster_": RayVars}
+PREFIXES: dict[str, type[BaseModel]] = {
+    "vllm_serving_": ServingVars,
+    "litellm_router_": RouterVars,
+    "ray_cluster_": RayVars,
+}
 
 
 def split_prefixed(host: str, hostvars: dict) -> dict[str, BaseModel]:

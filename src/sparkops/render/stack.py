@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from pydantic import BaseModel
 
 from sparkops.errors import UserError
 from sparkops.privacy import TELEMETRY_OFF, private_env
@@ -214,11 +216,18 @@ def plan_stack(
     return stacks
 
 
-def _plan_data_parallel(inv, hosts, parsed, stacks, profile, secrets) -> None:
+def _plan_data_parallel(
+    inv: Inventory,
+    hosts: list[str],
+    parsed: dict[str, dict[str, BaseModel]],
+    stacks: dict[str, HostStack],
+    profile: Profile,
+    secrets: dict[str, str],
+) -> None:
     for host in hosts:
         stacks[host].role = "replica"
         stacks[host].vllm = _vllm_service(profile, stacks[host].serving)
-    router_vars: RouterVars = parsed[hosts[0]]["litellm_router_"]
+    router_vars = cast(RouterVars, parsed[hosts[0]]["litellm_router_"])
     master_key = router_vars.master_key or secrets.get("LITELLM_MASTER_KEY", "")
     if not master_key:
         raise UserError(
@@ -242,9 +251,15 @@ def _plan_data_parallel(inv, hosts, parsed, stacks, profile, secrets) -> None:
     }
 
 
-def _plan_pipeline(inv, hosts, parsed, stacks, profile) -> None:
+def _plan_pipeline(
+    inv: Inventory,
+    hosts: list[str],
+    parsed: dict[str, dict[str, BaseModel]],
+    stacks: dict[str, HostStack],
+    profile: Profile,
+) -> None:
     head = hosts[0]
-    rays: dict[str, RayVars] = {h: parsed[h]["ray_cluster_"] for h in hosts}
+    rays = {h: cast(RayVars, parsed[h]["ray_cluster_"]) for h in hosts}
     for host in hosts:
         if not rays[host].address:
             raise UserError(
