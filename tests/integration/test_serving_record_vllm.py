@@ -8,6 +8,7 @@ served model, max length and the labels of its real `vllm:cache_config_info`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -15,7 +16,7 @@ import uuid
 
 import pytest
 
-from sparkops.local import paths
+from sparkops.local import paths, state
 from sparkops.samples import sample_paths
 
 pytestmark = pytest.mark.integration
@@ -48,7 +49,11 @@ def test_a_job_records_the_real_servers_version_model_and_cache_config(vllm_serv
         "--input", str(notes), "--out", str(out), "--endpoint", vllm_server.openai_url,
         "--no-progress", "--sample-interval", "0.5",
     ]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    # the server as `sparkops local up` records it: the job finds its command line there
+    cache = tmp_path / "cache"
+    state.save([vllm_server], cache=cache)
+    env = {**os.environ, "SPARKOPS_CACHE": str(cache)}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "changed what it serves" not in proc.stderr
 
@@ -65,6 +70,11 @@ def test_a_job_records_the_real_servers_version_model_and_cache_config(vllm_serv
     assert ident["cache.prefix_caching_hash_algo"] == "xxhash"  # the local server's flag
     assert int(ident["cache.num_gpu_blocks"]) > 0
     assert start["pipeline_fingerprint"] and start["input_fingerprint"]
+    stack = start["stack"]
+    assert stack["local"] is True and stack["model"] == vllm_server.model
+    with open(f"/proc/{vllm_server.pid}/cmdline", "rb") as fh:
+        assert stack["command"] == [a.decode() for a in fh.read().split(b"\0") if a]
+    assert "--prefix-caching-hash-algo" in stack["command"]
     # the notes are patient data: none of their text reaches the serving record
     record = (out / "serving.jsonl").read_text()
     assert tag not in record and rows[0]["id"] not in record
