@@ -164,12 +164,22 @@ def test_stack_record_loses_secrets_at_any_depth(tmp_path):
     assert "hf_x" not in json.dumps(record)
 
 
-@pytest.mark.parametrize("content", [None, "not json", "[1, 2]"])
-def test_a_missing_or_bad_stack_record_is_a_usage_error(tmp_path, content):
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "does not exist"),
+        ("not json", "is not a JSON stack record"),
+        ("[1, 2]", "is not a JSON object"),
+        ("dir", "cannot be read (IsADirectoryError)"),
+    ],
+)
+def test_a_missing_or_bad_stack_record_is_a_usage_error(tmp_path, content, says):
     path = tmp_path / "stack-record.json"
-    if content is not None:
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
         path.write_text(content)
-    with pytest.raises(UserError, match="stack-record"):
+    with pytest.raises(UserError, match=says):
         serving.read_stack_record(path)
 
 

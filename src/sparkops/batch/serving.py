@@ -140,7 +140,12 @@ def read_stack_record(path: Path) -> dict[str, Any]:
             f"--stack-record {path} does not exist; pass the stack-record.json the deploy "
             "wrote next to compose.yml"
         ) from None
-    except (OSError, ValueError, UnicodeDecodeError) as err:
+    except OSError as err:
+        raise UserError(
+            f"--stack-record {path} cannot be read ({type(err).__name__}); copy it where the "
+            "job's user can read it, or leave the option out"
+        ) from None
+    except (ValueError, UnicodeDecodeError) as err:
         raise UserError(
             f"--stack-record {path} is not a JSON stack record ({type(err).__name__}); pass "
             "the stack-record.json the deploy wrote next to compose.yml"
