@@ -15,24 +15,21 @@ import sys
 import time
 import uuid
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from sparkops.samples import sample_paths
+from tests.plugins import cli
 
 pytestmark = pytest.mark.integration
 
 PIPELINE, NOTES = sample_paths()
 
 
-def sparkops(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "sparkops.cli", *args], capture_output=True, text=True, **kw
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"sparkops {args} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
+# Each call must exit 0 unless a test says check=False.
+sparkops = partial(cli.sparkops, check=True, quiet=False)
 
 
 def run_args(server, out: Path, inp: Path = NOTES, *extra: str) -> list[str]:

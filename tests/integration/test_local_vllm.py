@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -29,6 +28,7 @@ from sparkops.local.server import (
 from sparkops.metrics.scrape import fetch_metrics
 from sparkops.privacy import private_env
 from sparkops.render.command import LAUNCHERS
+from tests.plugins.cli import sparkops
 
 pytestmark = pytest.mark.integration
 
@@ -106,14 +106,7 @@ def fresh_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def _sparkops(
     env: dict[str, str], *args: str, timeout: float = 1000
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sparkops.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return sparkops(*args, env=env, timeout=timeout, quiet=False)
 
 
 def test_local_up_rejects_bad_input_before_starting_anything(fresh_cache: dict) -> None:
