@@ -11,6 +11,7 @@ import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,11 +189,7 @@ def run_throughput(args: argparse.Namespace) -> int:
         records=args.records,
         table_points=args.points,
     )
-    if args.json:
-        print(json.dumps(plan.as_dict(), indent=2))
-    else:
-        print_throughput(plan, Console())
-    return 0
+    return _show(plan, print_throughput, as_json=args.json)
 
 
 def run_memory(args: argparse.Namespace) -> int:
@@ -206,10 +203,15 @@ def run_memory(args: argparse.Namespace) -> int:
         seqs=args.seqs,
         context=args.context,
     )
-    if args.json:
+    return _show(plan, print_memory, as_json=args.json)
+
+
+def _show(plan: Any, table: Callable[[Any, Console], None], *, as_json: bool) -> int:
+    """One plan to stdout: its as_dict() as JSON for scripts, else the readable table."""
+    if as_json:
         print(json.dumps(plan.as_dict(), indent=2))
     else:
-        print_memory(plan, Console())
+        table(plan, Console())
     return 0
 
 
