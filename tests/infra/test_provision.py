@@ -12,16 +12,19 @@ is false; x86_64 is not a Spark, so spark_preflight_arch_mismatch is warn; no QS
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from tests.plugins.hosts import Host, put_fixture, set_gpu_state
-from tests.plugins.playbook import PlaybookRun
-from tests.plugins.provision import JOB_USER, NVIDIA_REPO, prepare, provision, write_inventory
+from tests.plugins.hosts import Host, journal, put_fixture, set_gpu_state
+from tests.plugins.provision import (
+    JOB_USER,
+    NVIDIA_REPO,
+    Converged,
+    prepare,
+    provision,
+    write_inventory,
+)
 
 # Three playbook runs happen in the first test's setup: allow for a loaded 2-core machine.
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
@@ -29,17 +32,6 @@ pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 # sparkops_cli converges in test_sparkops_cli_role.py: its pip install needs the wheel folder
 # that test gives the host (the test bed's containers reach no index through the TLS proxy).
 NOT_CLI = ("--skip-tags", "sparkops_cli")
-
-
-@dataclass
-class Converged:
-    """The amd64 host after check mode, first and second converge."""
-
-    host: Host
-    inventory: Path
-    check: PlaybookRun
-    first: PlaybookRun
-    second: PlaybookRun
 
 
 @pytest.fixture(scope="module")
@@ -141,12 +133,7 @@ def test_job_wrapper_starts_a_transient_unit_with_journal_and_memory_limit(
     try:
         props = ti.check_output(f"systemctl show -p ActiveState -p MemoryMax {unit}")
         assert "ActiveState=active" in props and "MemoryMax=268435456" in props
-        for _ in range(20):
-            journal = ti.run(f"journalctl -u {unit} --no-pager -o cat").stdout
-            if "job-output-marker" in journal:
-                break
-            time.sleep(0.5)
-        assert "job-output-marker" in journal
+        assert "job-output-marker" in journal(converged.host, unit, until="job-output-marker")
     finally:
         ti.run(f"systemctl stop {unit}")
     bad = ti.run("sparkops-run --name 'bad name' -- true")

@@ -11,13 +11,12 @@ emulation on a 2-core machine one converge of this subset already takes minutes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
-from tests.plugins.hosts import Host
+from tests.plugins.hosts import Host, journal
 from tests.plugins.playbook import PlaybookRun
 from tests.plugins.provision import prepare, provision, write_inventory
 
@@ -83,11 +82,6 @@ def test_job_wrapper_starts_a_unit_on_arm64(laptop: Laptop) -> None:
     assert started.rc == 0, started.stderr
     try:
         assert ti.service(unit).is_running
-        for _ in range(20):
-            journal = ti.run(f"journalctl -u {unit} --no-pager -o cat").stdout
-            if "aarch64" in journal:
-                break
-            time.sleep(0.5)
-        assert "aarch64" in journal
+        assert "aarch64" in journal(laptop.host, unit, until="aarch64")
     finally:
         ti.run(f"systemctl stop {unit}")

@@ -16,14 +16,13 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.plugins.hosts import Host, offline, run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
-from tests.plugins.provision import JOB_USER, prepare, provision, write_inventory
+from tests.plugins.provision import JOB_USER, Converged, prepare, provision, write_inventory
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -33,19 +32,10 @@ WHEELHOUSE = "/opt/wheelhouse"
 TAGS = ("--tags", "sparkops_cli")
 
 
-@dataclass
-class Installed:
-    host: Host
-    inventory: Path
-    check: PlaybookRun
-    first: PlaybookRun
-    second: PlaybookRun
-
-
 @pytest.fixture(scope="module")
 def installed(
     systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
-) -> Installed:
+) -> Converged:
     host = systemd_host(arch="amd64")
     prepare(host)  # the job user; preflight reads the GPU (a stand-in: no GB10 here)
     # The host installs the dependencies from a wheel folder, as an offline Spark would: the
@@ -80,21 +70,21 @@ def installed(
         f"\nsparkops_cli amd64: check {check.seconds:.0f} s, first converge {first.seconds:.0f} s,"
         f" second converge {second.seconds:.0f} s"
     )
-    return Installed(host, inventory, check, first, second)
+    return Converged(host, inventory, check, first, second)
 
 
-def test_check_mode_on_a_fresh_host_reports_the_install(installed: Installed) -> None:
+def test_check_mode_on_a_fresh_host_reports_the_install(installed: Converged) -> None:
     out = installed.check.output
     assert "would install sparkops-0.1.0-py3-none-any.whl into /opt/sparkops/venv" in out
     assert installed.check.changed >= 3 and installed.check.failed == 0
 
 
-def test_first_converge_installs_and_the_second_changes_nothing(installed: Installed) -> None:
+def test_first_converge_installs_and_the_second_changes_nothing(installed: Converged) -> None:
     assert installed.first.changed >= 5 and installed.first.failed == 0
     assert (installed.second.changed, installed.second.failed) == (0, 0), installed.second.output
 
 
-def test_a_job_user_runs_the_installed_kit(installed: Installed) -> None:
+def test_a_job_user_runs_the_installed_kit(installed: Converged) -> None:
     host = installed.host
     run_docker("cp", str(REPO / "inventory" / "single"), f"{host.id}:/tmp/inv-single")
     host.exec(["chown", "-R", JOB_USER, "/tmp/inv-single"], check=True)
@@ -116,14 +106,14 @@ def test_a_job_user_runs_the_installed_kit(installed: Installed) -> None:
     assert module.stdout.startswith(f"{VENV}/lib/")
 
 
-def test_a_converged_host_reconverges_offline(installed: Installed) -> None:
+def test_a_converged_host_reconverges_offline(installed: Converged) -> None:
     with offline(installed.host):
         again = provision(installed.inventory, *TAGS)
     assert again.rc == 0, again.output[-4000:]
     assert (again.changed, again.failed) == (0, 0), again.output[-4000:]
 
 
-def test_an_install_cut_short_is_redone(installed: Installed) -> None:
+def test_an_install_cut_short_is_redone(installed: Converged) -> None:
     host = installed.host
     host.exec(["rm", f"{VENV}/sparkops-wheel.sha1"], check=True)
     host.exec([f"{VENV}/bin/python", "-m", "pip", "uninstall", "-y", "-q", "sparkops"], check=True)
@@ -133,7 +123,7 @@ def test_an_install_cut_short_is_redone(installed: Installed) -> None:
     assert host.exec([f"{VENV}/bin/sparkops", "--help"]).returncode == 0
 
 
-def run_batch_playbook(installed: Installed, extra: dict) -> PlaybookRun:
+def run_batch_playbook(installed: Converged, extra: dict) -> PlaybookRun:
     """ansible/playbooks/batch.yml against the test host, as a user runs it."""
     return run_playbook("batch.yml", installed.inventory, extra_vars=extra, timeout=600)
 
@@ -143,7 +133,7 @@ def _main_pid(host: Host, unit: str) -> str:
 
 
 def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_private(
-    installed: Installed,
+    installed: Converged,
 ) -> None:
     host = installed.host
     # An endpoint that accepts connections and never answers keeps the job running (and
@@ -216,7 +206,7 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
         host.exec(["systemctl", "reset-failed", unit])
 
 
-def test_batch_yml_refuses_root_and_a_missing_job_user(installed: Installed) -> None:
+def test_batch_yml_refuses_root_and_a_missing_job_user(installed: Converged) -> None:
     base = {
         "sparkops_batch_pipeline": "/p.yaml",
         "sparkops_batch_input": "/r.jsonl",

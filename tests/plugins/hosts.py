@@ -236,6 +236,18 @@ def set_gpu_state(host: Host, state: str) -> None:
     )
 
 
+def journal(host: Host, unit: str, until: str, tries: int = 20) -> str:
+    """The messages ``unit`` logged in the host's journal, read again every 0.5 s (at most
+    ``tries`` times) until they hold ``until``: a unit's first output takes a moment."""
+    text = ""
+    for _ in range(tries):
+        text = host.exec(["journalctl", "-u", unit, "--no-pager", "-o", "cat"]).stdout
+        if until in text:
+            break
+        time.sleep(0.5)
+    return text
+
+
 @contextmanager
 def offline(host: Host) -> Iterator[None]:
     """Cut ``host`` off every network (apt mirrors included), reconnecting it afterwards.

@@ -8,6 +8,7 @@ inventory shaped like inventory/single/ with the settings a Debian test host nee
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +60,14 @@ def write_inventory(directory: Path, host: Host, extra: dict[str, Any] | None = 
 def provision(inventory_dir: Path, *args: str, timeout: float = 1200) -> PlaybookRun:
     """Run provision.yml the way the README says (the kit's ansible.cfg), ``args`` appended."""
     return run_playbook("provision.yml", inventory_dir, *args, timeout=timeout)
+
+
+@dataclass
+class Converged:
+    """A test host after a check-mode run, a first and a second converge of provision.yml."""
+
+    host: Host
+    inventory: Path
+    check: PlaybookRun
+    first: PlaybookRun
+    second: PlaybookRun
