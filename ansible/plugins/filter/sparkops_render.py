@@ -15,6 +15,12 @@ CLI and Ansible cannot drift: nothing is written twice.
 keeps or generates the router's master key with sparkops.render.master_key, as `sparkops
 render` does; the litellm_router role stores it as _litellm_router_master_key, which
 `sparkops_render` passes on as the LITELLM_MASTER_KEY secret.
+
+    {{ true | sparkops_private_env }}
+
+is sparkops.privacy's environment (telemetry off; hub offline when true) for a process a
+playbook starts itself, such as batch.yml's job unit: one list, so a variable added there
+reaches the job too.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sparkops.errors import UserError
+    from sparkops.privacy import private_env
     from sparkops.render import plan_stack, render_host
     from sparkops.render.inventory import Inventory
     from sparkops.render.master_key import ENV_NAME, keep_or_generate
@@ -35,6 +42,7 @@ try:
 except ImportError:  # ansible from another environment: use the checkout's sources
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
     from sparkops.errors import UserError
+    from sparkops.privacy import private_env
     from sparkops.render import plan_stack, render_host
     from sparkops.render.inventory import Inventory
     from sparkops.render.master_key import ENV_NAME, keep_or_generate
@@ -76,16 +84,22 @@ def _kept_secrets(hostvars, hosts: list[str]) -> dict[str, str]:
     return {}
 
 
-def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (sparkops)"):
-    """Render `host`'s serving files from every serving host's variables."""
+def _inventory(hostvars, groups) -> Inventory:
+    """The serving hosts' role variables as sparkops.render reads them (the `sparks` group,
+    else every host), so both filters plan from the same Inventory."""
     hosts = list(groups.get("sparks") or groups.get("all") or [])
-    inventory = Inventory(
+    return Inventory(
         hosts=hosts,
         hostvars={h: _host_vars(hostvars, h) for h in hosts},
         groups={name: list(members) for name, members in groups.items()},
     )
+
+
+def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (sparkops)"):
+    """Render `host`'s serving files from every serving host's variables."""
+    inventory = _inventory(hostvars, groups)
     try:
-        stacks = plan_stack(inventory, secrets=_kept_secrets(hostvars, hosts))
+        stacks = plan_stack(inventory, secrets=_kept_secrets(hostvars, inventory.hosts))
     except UserError as err:
         raise AnsibleFilterError(str(err)) from None
     endpoints = client_endpoints(inventory, stacks)
@@ -115,14 +129,9 @@ def sparkops_client_endpoints(hostvars, groups) -> list[str]:
     """The --endpoint URLs a batch client uses, following the inventory (every data-parallel
     replica, the pipeline head, the single server). Needs no router master key: a job calls
     the replicas directly (batch.yml: `hostvars | sparkops_client_endpoints(groups)`)."""
-    hosts = list(groups.get("sparks") or groups.get("all") or [])
-    inventory = Inventory(
-        hosts=hosts,
-        hostvars={h: _host_vars(hostvars, h) for h in hosts},
-        groups={name: list(members) for name, members in groups.items()},
-    )
+    inventory = _inventory(hostvars, groups)
     try:
-        stacks = plan_stack(inventory, secrets={"LITELLM_MASTER_KEY": "unused-for-endpoints"})
+        stacks = plan_stack(inventory, secrets={ENV_NAME: "unused-for-endpoints"})
     except UserError as err:
         raise AnsibleFilterError(str(err)) from None
     return client_endpoints(inventory, stacks)
@@ -132,6 +141,12 @@ def sparkops_master_key(given, stored_env="") -> str:
     """The router master key: `given` (litellm_router_master_key), else the one in the host's
     router.env text, else a new one; the same function `sparkops render` uses."""
     return keep_or_generate(str(given or ""), str(stored_env or ""))
+
+
+def sparkops_private_env(offline=True) -> dict[str, str]:
+    """sparkops.privacy.private_env for a process started by a playbook (`offline`: the hub
+    switches on, as wherever nothing is to be downloaded)."""
+    return private_env(offline=bool(offline))
 
 
 def sparkops_serving_topology(host_vars) -> str:
@@ -150,4 +165,5 @@ class FilterModule:
             "sparkops_client_endpoints": sparkops_client_endpoints,
             "sparkops_serving_topology": sparkops_serving_topology,
             "sparkops_master_key": sparkops_master_key,
+            "sparkops_private_env": sparkops_private_env,
         }
