@@ -86,3 +86,29 @@ def test_render_cli_says_the_deprecation_in_one_line(tmp_path):
         "(pair-dp for two Sparks on one QSFP cable), as sparkops_topology does"
     ]
     assert (tmp_path / "out" / "spark-1" / "litellm-config.yaml").is_file()
+
+
+@pytest.mark.parametrize(
+    ("example", "variable", "word", "need"),
+    [
+        ("single", "vllm_serving_topology", "pair-dp", "at least 2 serving hosts"),
+        ("single", "sparkops_topology", "multi-dp", "at least 2 serving hosts"),
+        ("data-parallel-4", "sparkops_topology", "pair-pp", "exactly 2 serving hosts"),
+        ("data-parallel", "vllm_serving_topology", "wsl2", "exactly 1 serving host,"),
+    ],
+)
+def test_a_wrong_host_count_quotes_the_users_word_and_variable(
+    tmp_path, example, variable, word, need
+):
+    """The message speaks the inventory's vocabulary, never the internal serving shapes."""
+    inv = make_inventory(tmp_path / "inv", example)
+    serving = inv / "group_vars" / "all" / "serving.yml"
+    data = yaml.safe_load(serving.read_text())
+    data.pop("vllm_serving_topology")
+    data[variable] = word
+    serving.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError) as caught:
+        plan_stack(read_inventory(inv), secrets=SECRETS)
+    message = str(caught.value)
+    assert message.startswith(f"topology {word} ({variable}) needs {need}"), message
+    assert "data-parallel" not in message and "pipeline-parallel" not in message

@@ -178,12 +178,21 @@ DEPRECATED_TOPOLOGIES = {
 }
 
 
+def topology_named(hostvars: dict) -> tuple[str, str]:
+    """The variable that names a host's topology and its word as the user wrote it
+    (vllm_serving_topology when set, else sparkops_topology, else single): what messages
+    quote, since the serving shapes are internal names."""
+    explicit = hostvars.get("vllm_serving_topology")
+    if explicit:
+        return "vllm_serving_topology", str(explicit)
+    return "sparkops_topology", str(hostvars.get("sparkops_topology", "single"))
+
+
 def serving_topology(hostvars: dict) -> str:
     """The serving shape vllm_serving_topology names if set, else the one sparkops_topology
     implies, else single. An unknown word is returned as it is (plan_stack refuses it)."""
-    explicit = hostvars.get("vllm_serving_topology")
-    if explicit:
-        word = str(explicit)
+    variable, word = topology_named(hostvars)
+    if variable == "vllm_serving_topology":
         if word in DEPRECATED_TOPOLOGIES:
             warnings.warn(
                 f"vllm_serving_topology: {word} is deprecated, write "
@@ -193,7 +202,7 @@ def serving_topology(hostvars: dict) -> str:
             )
             return word
         return TOPOLOGY_OF.get(word, word)
-    return TOPOLOGY_OF.get(str(hostvars.get("sparkops_topology", "single")), "single")
+    return TOPOLOGY_OF.get(word, "single")
 
 
 PREFIXES: dict[str, type[BaseModel]] = {

@@ -29,6 +29,7 @@ from sparkops.render.settings import (
     ServingVars,
     serving_topology,
     split_prefixed,
+    topology_named,
 )
 from sparkops.versions import RAY_VERSION
 
@@ -157,7 +158,9 @@ HOST_COUNTS: dict[str, tuple[int, int | None]] = {
 PIPELINE_STAGES = 2
 
 
-def _check_host_count(topology: str, hosts: list[str]) -> None:
+def _check_host_count(topology: str, hosts: list[str], named: tuple[str, str]) -> None:
+    """Refuse a host count the topology cannot serve, quoting the user's word (`named`:
+    topology_named's variable and word), not the internal serving shape."""
     if topology not in HOST_COUNTS:
         raise UserError(
             f"vllm_serving_topology '{topology}' is unknown: use one of {', '.join(TOPOLOGY_OF)}"
@@ -169,8 +172,9 @@ def _check_host_count(topology: str, hosts: list[str]) -> None:
         need = f"at least {fewest} serving hosts"
     else:
         need = f"exactly {fewest} serving host{'s' if fewest > 1 else ''}"
+    variable, word = named
     raise UserError(
-        f"topology {topology} needs {need}, the inventory has {len(hosts)} "
+        f"topology {word} ({variable}) needs {need}, the inventory has {len(hosts)} "
         f"({', '.join(hosts)}): list {need.replace(' serving', '')} under the "
         f"'{SERVING_GROUP}' group"
     )
@@ -190,7 +194,7 @@ def plan_stack(
     first: ServingVars = parsed[hosts[0]]["vllm_serving_"]  # type: ignore[assignment]
     topology = serving_topology(inv.hostvars[hosts[0]])
     profile = profile or load_profile(first.profile)
-    _check_host_count(topology, hosts)
+    _check_host_count(topology, hosts, topology_named(inv.hostvars[hosts[0]]))
     stages = PIPELINE_STAGES if topology == "pipeline-parallel" else 1
     stacks: dict[str, HostStack] = {}
     for host in hosts:
