@@ -217,18 +217,21 @@ class Journal:
     def path(self) -> Path:
         return self._path
 
+    def _count(self, key: str, obj: dict[str, Any]) -> None:
+        """One finished record: its key is done, and it adds to the ok or the error tally."""
+        self.done.add(key)
+        if _is_ok(obj):
+            self.done_ok += 1
+        else:
+            self.done_err += 1
+
     def open(self) -> None:
         """Repair, scan finished keys, and open for appending."""
         repair_torn_tail(self.path)
         for obj in iter_results(self.path):
             key = line_key(obj, self.key_field)
-            if key in self.done:
-                continue
-            self.done.add(key)
-            if _is_ok(obj):
-                self.done_ok += 1
-            else:
-                self.done_err += 1
+            if key not in self.done:
+                self._count(key, obj)
         self._fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         self._last_sync = time.monotonic()
 
@@ -236,11 +239,7 @@ class Journal:
         """Write one finished record as a single line (a short write is finished, not torn)."""
         assert self._fd is not None
         write_all(self._fd, dumps_line(obj), self.path)
-        self.done.add(line_key(obj, self.key_field))
-        if _is_ok(obj):
-            self.done_ok += 1
-        else:
-            self.done_err += 1
+        self._count(line_key(obj, self.key_field), obj)
         self._dirty = True
         now = time.monotonic()
         if now - self._last_sync >= self.fsync_interval:
