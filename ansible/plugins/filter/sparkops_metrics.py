@@ -23,27 +23,25 @@ name can be a textual prefix of another one), so the playbooks and `sparkops bat
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from dataclasses import fields
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
+# ansible-playbook from another environment than the kit's venv: use the checkout's sources.
+if importlib.util.find_spec("sparkops") is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 try:
     from prometheus_client.parser import text_string_to_metric_families
 
     from sparkops.metrics.scrape import MetricsSnapshot, parse_metrics
-except ImportError:  # ansible from another environment: use the checkout's sources
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
-    try:
-        from prometheus_client.parser import text_string_to_metric_families
-
-        from sparkops.metrics.scrape import MetricsSnapshot, parse_metrics
-    except ImportError as exc:  # pragma: no cover - depends on the controller's environment
-        raise AnsibleFilterError(
-            f"sparkops_vllm_metrics needs prometheus_client on the controller ({exc}): run "
-            "ansible-playbook from the kit's .venv (make venv) or pip install prometheus_client"
-        ) from exc
+except ImportError as exc:  # pragma: no cover - depends on the controller's environment
+    raise AnsibleFilterError(
+        f"sparkops_vllm_metrics needs prometheus_client on the controller ({exc}): run "
+        "ansible-playbook from the kit's .venv (make venv) or pip install prometheus_client"
+    ) from exc
 
 NUMBERS = tuple(f.name for f in fields(MetricsSnapshot) if f.name != "found")
 CACHE_CONFIG = "vllm:cache_config_info"

@@ -25,29 +25,24 @@ reaches the job too.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from sparkops.errors import UserError
-    from sparkops.privacy import private_env
-    from sparkops.render import plan_stack, render_host
-    from sparkops.render.inventory import Inventory
-    from sparkops.render.master_key import ENV_NAME, keep_or_generate
-    from sparkops.render.settings import serving_topology
-    from sparkops.render.stack import client_endpoints, required_images
-except ImportError:  # ansible from another environment: use the checkout's sources
+# ansible-playbook from another environment than the kit's venv: use the checkout's sources.
+if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
-    from sparkops.errors import UserError
-    from sparkops.privacy import private_env
-    from sparkops.render import plan_stack, render_host
-    from sparkops.render.inventory import Inventory
-    from sparkops.render.master_key import ENV_NAME, keep_or_generate
-    from sparkops.render.settings import serving_topology
-    from sparkops.render.stack import client_endpoints, required_images
+
+from sparkops.errors import UserError
+from sparkops.privacy import private_env
+from sparkops.render import plan_stack, render_host
+from sparkops.render.inventory import Inventory
+from sparkops.render.master_key import ENV_NAME, keep_or_generate
+from sparkops.render.settings import serving_topology
+from sparkops.render.stack import client_endpoints, required_images
 
 PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_")
 PLAIN = ("ansible_host", "sparkops_topology")
