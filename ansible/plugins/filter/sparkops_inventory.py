@@ -11,16 +11,17 @@ file is the thin seam.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from functools import lru_cache
 from pathlib import Path
 
-try:
-    from sparkops.render.role_vars import UNRESOLVED, load_role_specs, role_variable_problems
-except ImportError:  # ansible from another environment: use the checkout's sources
+# ansible-playbook from another environment than the kit's venv: use the checkout's sources.
+if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
-    from sparkops.render.role_vars import UNRESOLVED, load_role_specs, role_variable_problems
+
+from sparkops.render.role_vars import UNRESOLVED, load_role_specs, role_variable_problems
 
 
 @lru_cache(maxsize=4)

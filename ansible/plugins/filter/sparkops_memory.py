@@ -12,6 +12,7 @@ this file is the thin seam.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -20,15 +21,13 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from sparkops.errors import UserError
-    from sparkops.plan.guard import GuardSettings, check_launch, host_facts
-    from sparkops.profiles import load_profile
-except ImportError:  # ansible from another environment: use the checkout's sources
+# ansible-playbook from another environment than the kit's venv: use the checkout's sources.
+if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
-    from sparkops.errors import UserError
-    from sparkops.plan.guard import GuardSettings, check_launch, host_facts
-    from sparkops.profiles import load_profile
+
+from sparkops.errors import UserError
+from sparkops.plan.guard import GuardSettings, check_launch, host_facts
+from sparkops.profiles import load_profile
 
 SETTINGS = (
     "total_gb",
