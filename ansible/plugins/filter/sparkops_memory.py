@@ -16,6 +16,7 @@ import importlib.util
 import json
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,8 @@ from sparkops.errors import UserError
 from sparkops.plan.guard import GuardSettings, check_launch, host_facts
 from sparkops.profiles import load_profile
 
-SETTINGS = (
-    "total_gb",
-    "os_reserve_gb",
-    "windows_share_gb",
-    "activations_gb",
-    "margin_gb",
-    "wsl_linux_gb",
-)
+# The inventory's vllm_serving_memory_* names, without the prefix: GuardSettings' fields.
+SETTINGS = tuple(f.name for f in fields(GuardSettings))
 NULLABLE = ("total_gb", "activations_gb")  # None: MemTotal (WSL2: 128 GB); the platform's figure
 
 

@@ -37,7 +37,7 @@ side's minimum.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from sparkops.errors import UserError
@@ -236,12 +236,7 @@ def settings_of(serving: Any) -> GuardSettings:
     """GuardSettings from the inventory's vllm_serving_memory_* (a ServingVars or any object
     with those attributes, without the prefix)."""
     return GuardSettings(
-        total_gb=serving.memory_total_gb,
-        os_reserve_gb=serving.memory_os_reserve_gb,
-        windows_share_gb=serving.memory_windows_share_gb,
-        activations_gb=serving.memory_activations_gb,
-        margin_gb=serving.memory_margin_gb,
-        wsl_linux_gb=serving.memory_wsl_linux_gb,
+        **{f.name: getattr(serving, f"memory_{f.name}") for f in fields(GuardSettings)}
     )
 
 
