@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkops.errors import UserError
-from sparkops.plan.guard import GuardSettings, Verdict, check_launch, host_facts
+from sparkops.plan.guard import GuardSettings, Verdict, check_launch, host_facts, settings_of
 from sparkops.plan.memory import GB, GIB, MemoryPlan, plan_memory
 from sparkops.plan.throughput import ThroughputPlan, plan_throughput
 
@@ -252,14 +252,7 @@ def run_guard(args: argparse.Namespace) -> int:
         gpu_total=_nvidia_smi(args.nvidia_smi, "--query-gpu=memory.total"),
         own_pids=args.own_pid,
     )
-    settings = GuardSettings(
-        total_gb=args.total_gb,
-        os_reserve_gb=args.os_reserve_gb,
-        windows_share_gb=args.windows_share_gb,
-        activations_gb=args.activations_gb,
-        margin_gb=args.margin_gb,
-        wsl_linux_gb=args.wsl_linux_gb,
-    )
+    settings = settings_of(args, prefix="")
     config = load_config(args.config)[0] if args.config else None
     verdict = check_launch(profile, facts, settings, hf_config=config, seqs=args.seqs)
     if args.json:

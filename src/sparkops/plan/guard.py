@@ -232,11 +232,12 @@ def launch_need(profile: Profile, settings: GuardSettings) -> LaunchNeed:
     )
 
 
-def settings_of(serving: Any) -> GuardSettings:
-    """GuardSettings from the inventory's vllm_serving_memory_* (a ServingVars or any object
-    with those attributes, without the prefix)."""
+def settings_of(source: Any, prefix: str = "memory_") -> GuardSettings:
+    """GuardSettings from any object holding its fields as `prefix` + name: the inventory's
+    vllm_serving_memory_* (a ServingVars, without vllm_serving_), or `plan guard`'s options
+    (prefix "")."""
     return GuardSettings(
-        **{f.name: getattr(serving, f"memory_{f.name}") for f in fields(GuardSettings)}
+        **{f.name: getattr(source, prefix + f.name) for f in fields(GuardSettings)}
     )
 
 
