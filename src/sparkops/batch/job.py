@@ -22,7 +22,7 @@ import aiohttp
 
 from sparkops.batch import openai_batch, serving, serving_record, stall, vllm_api
 from sparkops.batch.connections import CONNECT_GAP_S, RECYCLE_EVERY
-from sparkops.batch.endpoints import EndpointPool, normalise_base
+from sparkops.batch.endpoints import Endpoint, EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
 from sparkops.batch.journal import (
     RESULTS,
@@ -220,6 +220,7 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
 
 async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     spec, kind, api_key = _validate(cfg)
+    stack: dict[str, Any] | None
     if cfg.stack_record:
         stack = serving.read_stack_record(cfg.stack_record)
     else:
@@ -505,7 +506,13 @@ class _Drift:
     run: int
     strict: bool
 
-    async def check(self, side, ep, headers: dict[str, str], metrics_text: str | None) -> None:
+    async def check(
+        self,
+        side: aiohttp.ClientSession,
+        ep: Endpoint,
+        headers: dict[str, str],
+        metrics_text: str | None,
+    ) -> None:
         try:
             ident = await serving.probe(side, ep.base, ep.metrics_url, headers, metrics_text)
         except vllm_api.NoAnswer:
@@ -523,9 +530,9 @@ class _Drift:
 
 
 async def _sample_once(
-    side,
-    pool,
-    headers,
+    side: aiohttp.ClientSession,
+    pool: EndpointPool,
+    headers: dict[str, str],
     cfg: JobConfig,
     run: int,
     stats: Stats,
@@ -567,9 +574,9 @@ def _values(text: str | None) -> dict[str, float]:
 
 
 async def _sample_loop(
-    side,
-    pool,
-    headers,
+    side: aiohttp.ClientSession,
+    pool: EndpointPool,
+    headers: dict[str, str],
     cfg: JobConfig,
     run: int,
     stats: Stats,
