@@ -5,7 +5,7 @@
 
 is the base URL on the host itself: loopback when vLLM is bound to 127.0.0.1 or 0.0.0.0 (or
 `::`), else the bind address (a data-parallel replica's private address, where it listens and
-loopback does not answer); the same rule as the rendered health check (sparkops.render).
+loopback does not answer); the same rule as the rendered health check (sparkops.addresses).
 
     {{ (uri_result.content | default('')) | sparkops_vllm_metrics }}
 
@@ -36,6 +36,7 @@ if importlib.util.find_spec("sparkops") is None:
 try:
     from prometheus_client.parser import text_string_to_metric_families
 
+    from sparkops.addresses import local_base_url
     from sparkops.metrics.scrape import MetricsSnapshot, parse_metrics
 except ImportError as exc:  # pragma: no cover - depends on the controller's environment
     raise AnsibleFilterError(
@@ -55,20 +56,14 @@ def _cache_config(text: str) -> dict[str, str]:
     return {}
 
 
-LOOPBACK_BINDS = ("127.0.0.1", "0.0.0.0", "::", "::1", "localhost", "")
-
-
 def sparkops_vllm_url(bind_address, port) -> str:
-    """Base URL (no trailing slash) of the vLLM bound to `bind_address`:`port`, from its host."""
-    address = "" if bind_address is None else str(bind_address).strip()
-    if address in LOOPBACK_BINDS:
-        address = "127.0.0.1"
-    host = f"[{address}]" if ":" in address else address
+    """Base URL (no trailing slash) of the vLLM bound to `bind_address`:`port`, from its host
+    (sparkops.addresses.local_base_url)."""
     try:
         port = int(port)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"sparkops_vllm_url: port {port!r} is not a number") from exc
-    return f"http://{host}:{port}"
+    return local_base_url(bind_address, port)
 
 
 def sparkops_vllm_metrics(text) -> dict:

@@ -36,6 +36,7 @@ from ansible.errors import AnsibleFilterError
 if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 
+from sparkops.addresses import local_base_url
 from sparkops.errors import UserError
 from sparkops.privacy import private_env
 from sparkops.render import plan_stack, render_host
@@ -110,7 +111,7 @@ def sparkops_render(hostvars, groups, host, managed_header="Managed by Ansible (
     serving = stack.serving
     return {
         "role": stack.role,
-        "health_url": f"http://{serving.bind_address}:{serving.port}/health",
+        "health_url": f"{local_base_url(serving.bind_address, serving.port)}/health",
         "files": [
             {"path": f.path, "content": f.content, "mode": f"{f.mode:04o}"}
             for f in render_host(stack, managed_header)

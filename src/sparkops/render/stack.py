@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
+from sparkops.addresses import local_base_url
 from sparkops.errors import UserError
 from sparkops.privacy import TELEMETRY_OFF, private_env
 from sparkops.profiles import DeployFacts, Profile, check_profile, load_profile
@@ -110,7 +111,6 @@ def _vllm_service(
     model = serving.model_dir or profile.model
     listen = serving.bind_address if network_host else "0.0.0.0"
     command = serve_command(profile, model=model, host=listen, port=serving.port, parallel=parallel)
-    probe_host = "127.0.0.1" if listen in ("0.0.0.0", "127.0.0.1") else listen
     return {
         "image": serving.image or profile.image or KIT_IMAGES[profile.platform],
         "command": command,
@@ -122,7 +122,7 @@ def _vllm_service(
         "model_dir": serving.model_dir,
         "extra_volumes": serving.extra_volumes,
         "memlock": serving.memlock,
-        "health_url": f"http://{probe_host}:{serving.port}/health",
+        "health_url": f"{local_base_url(listen, serving.port)}/health",
         "start_period": serving.start_period,
         "rdma": False,
     }
