@@ -23,6 +23,7 @@ from sparkops.privacy import TELEMETRY_OFF, private_env
 from sparkops.profiles import DeployFacts, Profile, check_profile, load_profile
 from sparkops.render.command import native_parallel_flags, ray_parallel_flags, serve_command
 from sparkops.render.inventory import Inventory
+from sparkops.render.master_key import ENV_NAME as MASTER_KEY_ENV
 from sparkops.render.settings import (
     TOPOLOGY_OF,
     RayVars,
@@ -232,7 +233,7 @@ def _plan_data_parallel(
         stacks[host].role = "replica"
         stacks[host].vllm = _vllm_service(profile, stacks[host].serving)
     router_vars = cast(RouterVars, parsed[hosts[0]]["litellm_router_"])
-    master_key = router_vars.master_key or secrets.get("LITELLM_MASTER_KEY", "")
+    master_key = router_vars.master_key or secrets.get(MASTER_KEY_ENV, "")
     if not master_key:
         raise UserError(
             "the LiteLLM router needs a master key: `sparkops render` generates one into "
