@@ -48,6 +48,7 @@ lint: venv
 	$(KIT)/ruff format --check src tests benchmarks scripts
 	$(KIT)/yamllint --strict .
 	$(KIT)/ansible-lint --offline
+	$(KIT)/mypy
 
 unit: venv
 	$(KIT)/pytest tests/unit

@@ -17,6 +17,7 @@ import importlib
 import os
 import sys
 import warnings
+from typing import TextIO
 
 from sparkops import __version__
 from sparkops.errors import Interrupted, JobStopped, UserError
@@ -88,7 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     """The kit's deprecations (FutureWarning: a spelling still accepted) as one line a user
     reads; any other warning keeps Python's own format (file and line help a bug report)."""
     if issubclass(category, FutureWarning):

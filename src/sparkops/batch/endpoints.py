@@ -124,7 +124,7 @@ class EndpointPool:
         self, ep: Endpoint, now: float, answered: bool, seconds: float, timed_out: bool = False
     ) -> None:
         if ep.watch is not None:
-            ep.calls.discard(asyncio.current_task())  # type: ignore[arg-type]
+            ep.calls.discard(asyncio.current_task())
             ep.watch.ended(now, answered, seconds, timed_out)
 
     def observe(self, ep: Endpoint, values: dict[str, float], now: float) -> None:

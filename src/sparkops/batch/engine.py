@@ -178,7 +178,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         completions: asyncio.Queue[asyncio.Task[tuple[RecordState, CallResult]]] = asyncio.Queue()
         self._completions = completions
-        ready = ReadyQueues(
+        ready: ReadyQueues[RecordState] = ReadyQueues(
             self.policy, self.cfg.max_wait or default_max_wait(self.cfg.concurrency)
         )
         max_active = self.cfg.concurrency + (
@@ -583,9 +583,13 @@ class Engine:
             return CallResult(200, None, problem), True, None
         message = _error_message(body, raw)
         if is_retryable(status):
-            wait = retry_after_seconds(retry_after)
+            retry_in = retry_after_seconds(retry_after)
             err_body = body if isinstance(body, dict) else None
-            return CallResult(status, err_body, f"HTTP {status}: {message}", rid, wait), True, None
+            return (
+                CallResult(status, err_body, f"HTTP {status}: {message}", rid, retry_in),
+                True,
+                None,
+            )
         return CallResult(status, body, f"HTTP {status}: {message}", rid), False, False
 
 

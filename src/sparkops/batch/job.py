@@ -40,7 +40,7 @@ from sparkops.batch.limits import ensure_open_files
 from sparkops.batch.lock import lock_job_dir
 from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.batch.progress import ProgressView
-from sparkops.batch.records import detect_kind, read_records, scan_input
+from sparkops.batch.records import InputKind, detect_kind, read_records, scan_input
 from sparkops.batch.retry import error_cause
 from sparkops.batch.stall import Change
 from sparkops.errors import Interrupted, JobStopped, UserError
@@ -161,7 +161,7 @@ def run_job(cfg: JobConfig) -> JobSummary:
     return asyncio.run(run_job_async(cfg))
 
 
-def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, str, str | None]:
+def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, InputKind, str | None]:
     if not cfg.endpoints:
         raise UserError("no endpoint given; pass --endpoint http://127.0.0.1:8000 (repeatable)")
     if cfg.concurrency < 1:
@@ -373,7 +373,9 @@ def _line_error(obj: dict[str, Any]) -> str | None:
     error = obj.get("error")
     if isinstance(error, dict):
         return str(error.get("message") or error.get("code") or "error")
-    response = obj.get("response") if isinstance(obj.get("response"), dict) else {}
+    response = obj.get("response")
+    if not isinstance(response, dict):
+        response = {}
     body = response.get("body")
     detail = body.get("error") if isinstance(body, dict) else None
     message = detail.get("message") if isinstance(detail, dict) else None
@@ -432,7 +434,7 @@ async def _preflight(
                     )
                     for r in (a, b, fixed)
                 ]
-                p = analyse_step(step, *toks, block_size=bs or 16)
+                p = analyse_step(step, toks[0], toks[1], toks[2], block_size=bs or 16)
                 steps[step.name] = {
                     "shared_tokens": p.shared_tokens,
                     "reusable_tokens": p.reusable_tokens,

@@ -77,7 +77,7 @@ def _read_jsonl(path: Path, id_field: str, kind: InputKind) -> Iterator[Record |
                 continue
             try:
                 obj = json.loads(raw)
-            except ValueError as err:
+            except json.JSONDecodeError as err:
                 yield InputProblem(n, f"line {n}: not valid JSON ({err.msg})")
                 continue
             if not isinstance(obj, dict):

@@ -20,7 +20,9 @@ def job_status(directory: Path) -> dict[str, Any]:
         errors += not ok
     runs = [r for r in iter_results(directory / RUNS) if r.get("event") == "start"]
     ended = {r.get("run") for r in iter_results(directory / RUNS) if r.get("event") == "end"}
-    total = manifest.get("total") if isinstance(manifest.get("total"), int) else 0
+    total = manifest.get("total")
+    if not isinstance(total, int):
+        total = 0
     return {
         "total": total,
         "done": done,

@@ -18,7 +18,9 @@ RECORDS_PLOT = "records_per_min.png"
 HIT_RATE_PLOT = "hit_rate.png"
 
 
-def _plot(levels: Sequence[LevelSummary], values: list[float | None], ylabel: str, path: Path):
+def _plot(
+    levels: Sequence[LevelSummary], values: list[float | None], ylabel: str, path: Path
+) -> None:
     points = [(lv.concurrency, v) for lv, v in zip(levels, values, strict=True) if v is not None]
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     try:

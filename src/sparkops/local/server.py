@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from sparkops.errors import UserError
 from sparkops.files import open_private
@@ -170,7 +171,7 @@ def _log_tail(path: str | Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def _open_private_log(path: Path):
+def _open_private_log(path: Path) -> BinaryIO:
     """Logs may mention request ids and settings: owner-only, like every output of the kit."""
     path.parent.mkdir(parents=True, exist_ok=True)
     return os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "ab")

@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 # Bump when the output changes, so an older cached model is rebuilt instead of reused.
 GENERATOR_VERSION = 1
@@ -99,7 +100,7 @@ def synthetic_corpus(lines: int = 4000, seed: int = SEED) -> list[str]:
     return out
 
 
-def train_tokenizer(corpus: list[str]):
+def train_tokenizer(corpus: list[str]) -> Any:
     """Byte-level BPE (any text encodes; nothing is unknown), wrapped for transformers."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -126,7 +127,7 @@ def train_tokenizer(corpus: list[str]):
     )
 
 
-def build_model(tokenizer):
+def build_model(tokenizer: Any) -> Any:
     """A randomly initialised Llama (fixed seed), sized to load and serve in seconds on a CPU."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM

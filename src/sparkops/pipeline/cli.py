@@ -59,7 +59,7 @@ async def check_pipeline(
                     await vllm_api.tokenize(session, base, spec.model, build_messages(step, r), {})
                     for r in probe_records(step)
                 ]
-                steps.append(analyse_step(step, *toks, block_size=block_size))
+                steps.append(analyse_step(step, toks[0], toks[1], toks[2], block_size=block_size))
         except (aiohttp.ClientError, OSError) as err:
             raise UserError(
                 f"cannot reach {base}/tokenize ({type(err).__name__}); start the server"

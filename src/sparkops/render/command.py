@@ -132,10 +132,11 @@ def local_command(
     buys nothing measurable but costs 20 s (idle machine) to 150 s (loaded) of every start.
     `extra_args` come last, so they override anything before them.
     """
-    # model_construct: no validation, so the two settings a profile must fix may stay None.
+    # model_construct: no validation, so the two settings a profile must fix may stay None
+    # (which the types of a validated profile do not allow: hence the two ignores).
     args = VllmArgs.model_construct(
-        max_model_len=None,
-        max_num_seqs=max_num_seqs,
+        max_model_len=None,  # type: ignore[arg-type]
+        max_num_seqs=max_num_seqs,  # type: ignore[arg-type]
         enable_prefix_caching=True,
         prefix_caching_hash_algo="xxhash",
         enforce_eager=eager,
