@@ -26,7 +26,7 @@ ROLE_DIR = REPO / "ansible" / "roles"
 ROLES = sorted(p.name for p in ROLE_DIR.iterdir() if (p / "meta" / "argument_specs.yml").is_file())
 SPECS = load_role_specs(ROLE_DIR)
 # Public role settings Ansible reads and the renderer does not (sparkops_render's ANSIBLE_ONLY).
-ANSIBLE_ONLY = {"vllm_serving_use_systemd"}
+ANSIBLE_ONLY = {"vllm_serving_use_systemd", "vllm_serving_stack_record"}
 
 
 def load(path: Path) -> dict:
@@ -97,6 +97,7 @@ def test_the_shared_facts_fall_back_to_the_roles_own_defaults() -> None:
     serving, cli = defaults_of("vllm_serving"), defaults_of("sparkops_cli")
     pairs = {
         "sparkops_defaults_serving_dir": ("vllm_serving_stack_dir", serving),
+        "sparkops_defaults_stack_record": ("vllm_serving_stack_record", serving),
         "sparkops_defaults_vllm_container": ("vllm_serving_project", serving),
         "sparkops_defaults_command": ("sparkops_cli_venv", cli),
     }
