@@ -2,7 +2,7 @@
 built from the controller's checkout, a job user runs it, a second converge changes nothing
 (also with the host offline), and an install cut short is redone on the next run. Then
 batch.yml starts a job with the installed kit, as the job user, the API key kept off every
-command line and unit property.
+command line and unit property, the deploy's readable stack record passed with --stack-record.
 
 Only the sparkops_cli tag runs (the inventory check and preflight always run with it); the other
 roles have their own tests in test_provision.py.
@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 VENV = "/opt/sparkops/venv"
 WHEELHOUSE = "/opt/wheelhouse"
 TAGS = ("--tags", "sparkops_cli")
+STACK_RECORD = "/etc/sparkops/stack-record.json"  # sparkops_defaults_stack_record
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +159,9 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
         "sparkops_batch_concurrency": 4,
     }
     unit = "sparkops-batch-probe.service"
+    # The readable stack record a kit deploy leaves (role vllm_serving; its own test is in
+    # test_deploy_converge.py): batch.yml hands it to the job.
+    _install_record(host, "0644")
     try:
         started = run_batch_playbook(installed, extra)
         assert started.rc == 0, started.stdout[-4000:] + started.stderr[-2000:]
@@ -177,6 +181,7 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
             "run",
         ], argv
         assert "--api-key-env" in argv and secret not in argv
+        assert argv[argv.index("--stack-record") + 1] == STACK_RECORD, argv
         environ = host.exec(["cat", f"/proc/{pid}/environ"]).stdout.split("\0")
         assert f"SPARKOPS_API_KEY={secret}" in environ
         # The unit's properties (readable by every user over D-Bus) do not hold the key.
@@ -204,6 +209,36 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
     finally:
         host.exec(["systemctl", "stop", unit, "silent-endpoint.service"])
         host.exec(["systemctl", "reset-failed", unit])
+
+
+def _install_record(host: Host, mode: str) -> None:
+    record = '{"profile": "cpu-tiny", "command": ["vllm", "serve"]}'
+    host.exec(["mkdir", "-p", "/etc/sparkops"], check=True)
+    host.exec(["tee", STACK_RECORD], input=record, check=True)
+    host.exec(["chmod", mode, STACK_RECORD], check=True)
+
+
+def test_batch_yml_stops_when_the_job_user_cannot_read_the_stack_record(
+    installed: Converged,
+) -> None:
+    samples = f"{VENV}/lib/python3.11/site-packages/sparkops/samples"
+    extra = {
+        "sparkops_batch_name": "unreadable-record",
+        "sparkops_batch_pipeline": f"{samples}/stroke-triage.yaml",
+        "sparkops_batch_input": f"{samples}/triage_notes.jsonl",
+        "sparkops_batch_out": f"/home/{JOB_USER}/job-out-2",
+    }
+    _install_record(installed.host, "0600")
+    try:
+        stopped = run_batch_playbook(installed, extra)
+    finally:
+        installed.host.exec(["chmod", "0644", STACK_RECORD])
+    assert stopped.rc != 0
+    assert f"{STACK_RECORD} does not exist on" in stopped.stdout
+    assert f"{JOB_USER} cannot read it" in stopped.stdout
+    assert "Traceback" not in stopped.stdout + stopped.stderr
+    shown = installed.host.exec(["systemctl", "status", "sparkops-batch-unreadable-record"])
+    assert shown.returncode != 0  # no job was started
 
 
 def test_batch_yml_refuses_root_and_a_missing_job_user(installed: Converged) -> None:
