@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -45,6 +46,9 @@ pytestmark = pytest.mark.infra
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "docker" / "vllm-cpu" / "Dockerfile"
 HEALTHY_TIMEOUT_S = 300  # Docker's own health check runs every 30 s after a 120 s start period
+# Secrets the deploy writes to serving.env (0600) only: never in the readable stack record.
+API_KEY = f"sk-deploy-{secrets.token_hex(8)}"
+HF_TOKEN = f"hf_{secrets.token_hex(8)}"
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +110,9 @@ def local_inventory(tmp_path, runtime_image):
         vllm_serving_port=port,
         vllm_serving_project=project,
         vllm_serving_stack_dir=str(tmp_path / "stack"),
+        vllm_serving_stack_record=str(tmp_path / "etc" / "stack-record.json"),
+        vllm_serving_api_key=API_KEY,
+        vllm_serving_hf_token=HF_TOKEN,
         vllm_serving_hf_cache=str(tmp_path / "hf-cache"),
         **mounted_venv_vars(),
         vllm_serving_ready_timeout=900,
@@ -133,10 +140,11 @@ def test_deploy_converges_and_a_second_run_changes_nothing(local_inventory):
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/v1/chat/completions",
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"},
     )
     with urllib.request.urlopen(request, timeout=120) as resp:
         assert json.loads(resp.read())["usage"]["completion_tokens"] >= 1
+    _a_job_keeps_the_deployed_stack_record(stack, port, stack.parent)
     # The container's own health check (the compose file's, run by Docker) turns healthy too.
     container = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm")
     container_id = container.stdout.strip()
@@ -161,6 +169,40 @@ def test_deploy_converges_and_a_second_run_changes_nothing(local_inventory):
         f"{healthy_s:.0f} s after the container started; second converge {second_s:.0f} s "
         f"(changed={second_changed})"
     )
+
+
+def _a_job_keeps_the_deployed_stack_record(stack: Path, port: int, tmp: Path) -> None:
+    """The readable copy the role installs (what batch.yml passes with --stack-record) is
+    root-owned 0644, the same record as the stack folder's, holds no secret, and ends up in a
+    job's serving.jsonl as batch.yml's job would run it."""
+    copy = tmp / "etc" / "stack-record.json"
+    info = copy.stat()
+    assert (info.st_mode & 0o777, info.st_uid) == (0o644, 0)
+    text = copy.read_text(encoding="utf-8")
+    assert text == (stack / "stack-record.json").read_text(encoding="utf-8")
+    assert API_KEY not in text and HF_TOKEN not in text
+    assert API_KEY in (stack / "serving.env").read_text(encoding="utf-8")  # it was deployed
+    record = json.loads(text)
+    assert record["profile"] == "cpu-tiny" and record["command"]
+    body = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    line = {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    (tmp / "job.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    job = subprocess.run(
+        [
+            sys.executable, "-m", "sparkops.cli", "batch", "run", "--input",
+            str(tmp / "job.jsonl"), "--out", str(tmp / "job"), "--endpoint",
+            f"http://127.0.0.1:{port}", "--api-key-env", "SPARKOPS_API_KEY", "--no-progress",
+            "--stack-record", str(copy),
+        ],
+        env={"PATH": os.environ["PATH"], "SPARKOPS_API_KEY": API_KEY},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "Traceback" not in job.stdout + job.stderr
+    start = json.loads((tmp / "job" / "serving.jsonl").read_text().splitlines()[0])
+    assert start["event"] == "start" and start["stack"] == record
+    served = (tmp / "job" / "serving.jsonl").read_text(encoding="utf-8")
+    assert API_KEY not in served and HF_TOKEN not in served
 
 
 def _wait_healthy(container_id: str) -> dict:
