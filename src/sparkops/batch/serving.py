@@ -197,6 +197,19 @@ def without_secrets(obj: Any) -> Any:
     return obj
 
 
+def _changes(
+    known: dict[str, Identity], found: dict[str, Identity | None]
+) -> dict[str, list[Change]]:
+    """Per endpoint found and known, what differs (endpoints with no difference left out)."""
+    out = {}
+    for base, ident in found.items():
+        if ident is not None and base in known:
+            changes = serving_record.diff(known[base], ident)
+            if changes:
+                out[base] = changes
+    return out
+
+
 @dataclass
 class ServingLog:
     """The job's serving.jsonl: what each endpoint served first (the baseline), last, and
@@ -233,23 +246,11 @@ class ServingLog:
 
     def start_changes(self, found: dict[str, Identity | None]) -> dict[str, list[Change]]:
         """Per endpoint, what differs from the last identity the job recorded."""
-        out = {}
-        for base, ident in found.items():
-            if ident is not None and base in self.last:
-                changes = serving_record.diff(self.last[base], ident)
-                if changes:
-                    out[base] = changes
-        return out
+        return _changes(self.last, found)
 
     def off_baseline(self, found: dict[str, Identity | None]) -> dict[str, list[Change]]:
         """Per endpoint, what differs from what served the job first (--strict-serving)."""
-        out = {}
-        for base, ident in found.items():
-            if ident is not None and base in self.baseline:
-                changes = serving_record.diff(self.baseline[base], ident)
-                if changes:
-                    out[base] = changes
-        return out
+        return _changes(self.baseline, found)
 
     def write_start(
         self,
