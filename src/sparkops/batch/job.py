@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -303,9 +304,11 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             view.note(change)
 
         pool.on_change = on_stall_change
-        sampler = asyncio.create_task(
-            _sample_loop(side, pool, headers, cfg, run, engine.stats, view, live, drift)
-        )
+
+        def sample() -> Awaitable[None]:  # one /metrics sample of every endpoint, then drift
+            return _sample_once(side, pool, headers, cfg, run, engine.stats, live, drift)
+
+        sampler = asyncio.create_task(_sample_loop(sample, cfg.sample_interval, view))
         try:
             with view:
                 await engine.run(read_records(cfg.input, kind, cfg.id_field))
@@ -314,10 +317,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    _sample_once(side, pool, headers, cfg, run, engine.stats, live, drift),
-                    FINAL_SAMPLE_S,
-                )
+                await asyncio.wait_for(sample(), FINAL_SAMPLE_S)
             journal.close()
             end: dict[str, Any] = {"event": "end", "run": run, "t": time.time()}
             if engine.stop_reason is not None:
@@ -576,22 +576,14 @@ def _values(text: str | None) -> dict[str, float]:
 
 
 async def _sample_loop(
-    side: aiohttp.ClientSession,
-    pool: EndpointPool,
-    headers: dict[str, str],
-    cfg: JobConfig,
-    run: int,
-    stats: Stats,
-    view: ProgressView,
-    live: LiveHitRate,
-    drift: _Drift | None = None,
+    sample: Callable[[], Awaitable[None]], interval: float, view: ProgressView
 ) -> None:
     """Sample on a clock (constant memory: samples go to disk, the hit rate is a running sum)."""
     last = 0.0
     while True:
-        if time.time() - last >= cfg.sample_interval:
+        if time.time() - last >= interval:
             last = time.time()
-            await _sample_once(side, pool, headers, cfg, run, stats, live, drift)
+            await sample()
         view.update()
         await asyncio.sleep(0.5)
 
