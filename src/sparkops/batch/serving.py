@@ -291,25 +291,21 @@ class ServingLog:
         before = self.last.get(base)
         if before is None:  # unreachable at start, first seen now: its baseline, not drift
             self.baseline[base] = self.last[base] = ident
-            append_json(
-                self.path,
-                {
-                    "event": "change",
-                    "t": round(time.time(), 3),
-                    "run": run,
-                    "serving": self.epoch,
-                    "results_from": results_from,
-                    "endpoint": base,
-                    "identity": ident,
-                    "changes": [],
-                },
-            )
+            self._write_change(run, base, ident, results_from, [])
             return []
         changes = serving_record.diff(before, ident)
         if not changes:
             return []
         self.epoch += 1
         self.last[base] = ident
+        self._write_change(run, base, ident, results_from, changes)
+        return changes
+
+    def _write_change(
+        self, run: int, base: str, ident: Identity, results_from: int, changes: list[Change]
+    ) -> None:
+        """One change line: the endpoint's identity now, in the current epoch (no changes:
+        an endpoint first seen mid-job)."""
         append_json(
             self.path,
             {
@@ -323,7 +319,6 @@ class ServingLog:
                 "changes": [c.as_dict() for c in changes],
             },
         )
-        return changes
 
 
 def job_context(
