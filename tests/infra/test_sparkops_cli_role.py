@@ -133,20 +133,36 @@ def _main_pid(host: Host, unit: str) -> str:
     return host.exec(["systemctl", "show", "-p", "MainPID", "--value", unit]).stdout.strip()
 
 
+SILENT_ENDPOINT = """
+import http.server, json, time
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/v1/models":
+            body = json.dumps({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+        else:
+            self.send_error(404)
+    def do_POST(self):
+        if self.path.endswith("/completions"):
+            time.sleep(900)
+        self.send_error(404)
+http.server.ThreadingHTTPServer(("127.0.0.1", 18000), Handler).serve_forever()
+"""
+
+
 def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_private(
     installed: Converged,
 ) -> None:
     host = installed.host
-    # An endpoint that accepts connections and never answers keeps the job running (and
-    # retrying) long enough to look at it.
+    # An endpoint that serves the sample's model but never answers a completion keeps the
+    # job running (past the client's bounded /v1/models check) long enough to look at it.
     host.exec(
-        [
-            "systemd-run", "--unit=silent-endpoint", "python3", "-c",
-            "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 18000)); "
-            "s.listen(1000); time.sleep(900)",
-        ],
-        check=True,
-    )  # fmt: skip
+        ["systemd-run", "--unit=silent-endpoint", "python3", "-c", SILENT_ENDPOINT], check=True
+    )
     samples = f"{VENV}/lib/python3.11/site-packages/sparkops/samples"
     secret = "sk-never-on-a-command-line"
     extra = {
@@ -193,7 +209,7 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
         assert (out.user, out.mode) == (JOB_USER, 0o700)
         # A second run while the job runs leaves it alone.
         again = run_batch_playbook(installed, extra)
-        assert again.rc == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
+        assert again.rc == 0 and again.changed_on(host.name) == 0, again.stdout[-3000:]
         assert _main_pid(host, unit) == pid
         # Stopped (SIGTERM: the client exits 143 and the unit is left failed), the same line
         # starts it again: the job resumes under its name.
