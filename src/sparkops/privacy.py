@@ -11,6 +11,8 @@ harmless to the others).
 
 from __future__ import annotations
 
+import re
+
 # Usage statistics and telemetry, one variable per library that phones home.
 TELEMETRY_OFF: dict[str, str] = {
     "VLLM_NO_USAGE_STATS": "1",  # vLLM's usage stats
@@ -31,3 +33,13 @@ def private_env(*, offline: bool = True) -> dict[str, str]:
     downloaded by name (a deployment without `vllm_serving_model_dir`)."""
     flag = "1" if offline else "0"
     return {**TELEMETRY_OFF, **dict.fromkeys(HUB_OFFLINE_KEYS, flag)}
+
+
+# A variable or key whose name says it holds a secret: left out of every record the kit
+# writes (the deploy's stack-record.json, a job's serving.jsonl).
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """True when `name` says it holds a secret (token, key, password, credential...)."""
+    return SECRET_NAME.search(name) is not None

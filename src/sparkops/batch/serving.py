@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -39,6 +39,7 @@ from sparkops.batch import serving_record, vllm_api
 from sparkops.batch.journal import append_json, iter_results
 from sparkops.batch.serving_record import Change, Identity
 from sparkops.errors import UserError
+from sparkops.privacy import is_secret_name
 
 SERVING = "serving.jsonl"
 # One identity probe (three small GETs) is bounded: a slow server is "no answer this time".
@@ -46,8 +47,7 @@ PROBE_TIMEOUT_S = 10.0
 GPU_CHECK = "sparkops-gpu-check"
 GPU_CHECK_ARGS = ("--json", "--samples", "2", "--interval", "0.5")
 GPU_CHECK_TIMEOUT_S = 10.0
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 
 async def probe(
@@ -92,7 +92,7 @@ def gpu_state(endpoints: list[str]) -> dict[str, Any]:
     The GPU serving a remote endpoint is not this machine's: that is recorded as
     unavailable rather than describing the wrong GPU.
     """
-    hosts = {_host(url) for url in endpoints}
+    hosts = {urlsplit(url).hostname for url in endpoints}
     if not hosts & _LOCAL_HOSTS:
         return {"unavailable": "the endpoints are not on this machine"}
     tool = _gpu_check_path()
@@ -122,13 +122,6 @@ def _gpu_check_path() -> str | None:
     if beside.is_file():
         return str(beside)
     return shutil.which(GPU_CHECK)
-
-
-def _host(url: str) -> str:
-    rest = url.split("://", 1)[-1].split("/", 1)[0]
-    if rest.startswith("["):
-        return rest.split("]", 1)[0] + "]"
-    return rest.rsplit(":", 1)[0] if ":" in rest else rest
 
 
 def read_stack_record(path: Path) -> dict[str, Any]:
@@ -191,7 +184,7 @@ def without_secrets(obj: Any) -> Any:
     """Drop every mapping key that names a secret, at any depth (defence in depth: the
     deploy's record has none, a hand-made one might)."""
     if isinstance(obj, dict):
-        return {k: without_secrets(v) for k, v in obj.items() if not _SECRET.search(str(k))}
+        return {k: without_secrets(v) for k, v in obj.items() if not is_secret_name(str(k))}
     if isinstance(obj, list):
         return [without_secrets(v) for v in obj]
     return obj

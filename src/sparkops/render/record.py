@@ -15,19 +15,18 @@ and any variable whose name says token, key, secret or password is dropped besid
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from sparkops.privacy import is_secret_name
 from sparkops.render.stack import HostStack
 
 STACK_RECORD = "stack-record.json"
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 def stack_record(stack: HostStack) -> dict[str, Any]:
     """One host's record: profile, model, image and digest, command, environment (no secrets)."""
     serving = stack.serving
-    env = {k: v for k, v in sorted(stack.vllm["env"].items()) if not _SECRET.search(k)}
+    env = {k: v for k, v in sorted(stack.vllm["env"].items()) if not is_secret_name(k)}
     return {
         "host": stack.host,
         "role": stack.role,
