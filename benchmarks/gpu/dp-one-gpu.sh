@@ -24,7 +24,8 @@ set -u
 W=${W:-/tmp/w} SITE=${SITE:-/tmp/site} LSITE=${LSITE:-/tmp/lsite} STAGE=${STAGE:-/tmp/vpk}
 P3=${P3:-/tmp/p3} NAME=vllm-0.26.0-h200 KILL_AFTER=${KILL_AFTER:-20}
 # JOBS: a subset, in this order. ROUTER_WORKERS: LiteLLM's --num_workers appended to the
-# rendered router command (an experiment: one worker held the router at 100% of a core).
+# rendered router command for every router job (an experiment: one worker held the router at
+# 100% of a core; LiteLLM 1.108.7's workers died at start).
 JOBS=${JOBS:-router direct router_kill direct_kill} ROUTER_WORKERS=${ROUTER_WORKERS:-}
 R=$P3/rendered
 mkdir -p "$W/out" "$SITE" "$LSITE"
@@ -45,7 +46,7 @@ mkdir -p "$W/model" "$W/pipe"
 cp "$P3"/model/* "$W/model/"; cp "$P3/model_config.json" "$W/model/config.json"
 cp -r "$P3"/pipe/* "$W/pipe/"
 sed -i "s/^model: .*/model: llama8b-dummy/" "$W/pipe/stroke-triage.yaml"
-python3 "$P3/mkrec.py" "$P3/triage_notes.jsonl" "$W" R D RK DK W WK
+python3 "$P3/mkrec.py" "$P3/triage_notes.jsonl" "$W" R D RK DK
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 TRANSFORMERS_OFFLINE=1 CUDA_VISIBLE_DEVICES=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 log "vllm $(PYTHONPATH=$SITE python3 -c 'import vllm; print(vllm.__version__)' 2>/dev/null)"
@@ -143,10 +144,8 @@ PY
 ROUTER=(--endpoint http://127.0.0.1:4000/v1 --api-key-env LITELLM_MASTER_KEY)
 DIRECT=(--endpoint http://127.0.0.1:8000/v1 --endpoint http://127.0.0.2:8000/v1)
 job router R "${ROUTER[@]}"
-job router_workers W "${ROUTER[@]}"
 job direct D "${DIRECT[@]}"
 job router_kill RK --kill "${ROUTER[@]}"
-job router_workers_kill WK --kill "${ROUTER[@]}"
 start_replica replica-b
 wait_url http://127.0.0.2:8000/health "$W/replica-b.pid" 600 || { tail -30 "$W/replica-b.log"; exit 1; }
 log "replica-b healthy again"
