@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-GIB = 1 << 30
-KIB_PER_GIB = 1 << 20
+from sparkops.plan.guard import host_kind, parse_meminfo
+from sparkops.plan.memory import GIB
 
 START_VLLM = "start vLLM first (see vllm_healthy)"
 RUN_AS_ROOT = (
@@ -73,36 +73,19 @@ def page_cache_dropped(enabled: bool, check_mode: bool, rc: int | None, stderr: 
     return _check("page_cache_dropped", ok, "dropped" if ok else stderr.strip(), RUN_AS_ROOT)
 
 
-def mem_available_kib(meminfo: str) -> int | None:
-    """MemAvailable (KiB) from the text of /proc/meminfo; None when the kernel does not say."""
-    for line in meminfo.splitlines():
-        key, _, rest = line.partition(":")
-        if key.strip() == "MemAvailable":
-            try:
-                return int(rest.split()[0])
-            except (IndexError, ValueError):
-                return None
-    return None
-
-
-def is_wsl2(kernel: str) -> bool:
-    """WSL2 kernels carry "microsoft" in their release string."""
-    return "microsoft" in kernel.lower()
-
-
 def memory_headroom(meminfo: str, kernel: str, min_gib: float, min_gib_wsl2: float) -> Check:
     """Enough memory the kernel can hand out; more under WSL2, which shares it with Windows."""
-    wsl2 = is_wsl2(kernel)
+    wsl2 = host_kind(kernel) == "wsl2"
     need = min_gib_wsl2 if wsl2 else min_gib
     fix = (
         "close heavy Windows programs and raise memory in .wslconfig, then wsl --shutdown"
         if wsl2
         else "stop what else uses memory on the Spark before the job"
     )
-    available = mem_available_kib(meminfo)
+    available = parse_meminfo(meminfo).get("MemAvailable")
     if available is None:
         return _check("memory_headroom", False, "/proc/meminfo has no MemAvailable line", fix)
-    gib = available / KIB_PER_GIB
+    gib = available / GIB
     detail = f"{gib:.1f} GiB available ({'WSL2' if wsl2 else 'this host'} needs {need:g})"
     return _check("memory_headroom", gib >= need, detail, fix)
 
