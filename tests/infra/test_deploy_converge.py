@@ -20,7 +20,6 @@ this machine instead of a Spark.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -37,38 +36,17 @@ import yaml
 
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
-from tests.plugins.hosts import image_ref, run_docker
+from tests.plugins.hosts import run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
 from tests.plugins.vllm_server import mounted_venv_vars
 
 pytestmark = pytest.mark.infra
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKERFILE = REPO / "docker" / "vllm-cpu" / "Dockerfile"
 HEALTHY_TIMEOUT_S = 300  # Docker's own health check runs every 30 s after a 120 s start period
 # Secrets the deploy writes to serving.env (0600) only: never in the readable stack record.
 API_KEY = f"sk-deploy-{secrets.token_hex(8)}"
 HF_TOKEN = f"hf_{secrets.token_hex(8)}"
-
-
-@pytest.fixture(scope="module")
-def runtime_image(docker_engine) -> str:
-    """docker/vllm-cpu with INSTALL_VLLM=0: Debian + libnuma/libgomp, the venv comes mounted.
-
-    Built FROM the test bed's keyed base image (`make testbed`), and tagged with a key of that
-    base and the Dockerfile, so an edited Dockerfile is never tested through a stale image."""
-    base = image_ref("amd64")
-    if run_docker("image", "inspect", base, check=False).returncode:
-        pytest.fail(f"{base} is missing: run `make testbed`", pytrace=False)
-    key = hashlib.sha256(base.encode() + DOCKERFILE.read_bytes()).hexdigest()[:12]
-    image = f"sparkops/vllm-cpu-runtime:{key}"
-    if run_docker("image", "inspect", image, check=False).returncode:
-        build = run_docker(
-            "build", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "INSTALL_VLLM=0",
-            "-t", image, str(DOCKERFILE.parent), check=False, timeout=900,
-        )  # fmt: skip
-        assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    return image
 
 
 def run_deploy(inventory: Path) -> tuple[PlaybookRun, int]:
@@ -86,7 +64,7 @@ def run_deploy(inventory: Path) -> tuple[PlaybookRun, int]:
 
 
 @pytest.fixture
-def local_inventory(tmp_path, runtime_image):
+def local_inventory(tmp_path, vllm_cpu_runtime_image):
     model = ensure_tiny_model()
     port = free_ports(1)
     project = f"sparkops-test-{secrets.token_hex(4)}"
@@ -105,7 +83,7 @@ def local_inventory(tmp_path, runtime_image):
         (REPO / "inventory" / "local" / "group_vars" / "all" / "serving.yml").read_text()
     )
     serving.update(
-        vllm_serving_image=runtime_image,
+        vllm_serving_image=vllm_cpu_runtime_image,
         vllm_serving_model_dir=str(model),
         vllm_serving_port=port,
         vllm_serving_project=project,

@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import yaml
 
 from sparkops.render import render_inventory
 from sparkops.versions import RAY_VERSION
+from tests.plugins.hosts import containers_on_network
 from tests.plugins.inventories import make_inventory
 
 pytestmark = pytest.mark.infra
@@ -71,26 +71,9 @@ def ray_image(docker_engine, tmp_path_factory) -> str:
 @pytest.fixture
 def two_nodes(ray_image) -> Iterator[list[tuple[str, str]]]:
     """Two running containers on a private network: [(container id, address), ...]."""
-    network = docker("network", "create", f"sparkops-ray-{uuid.uuid4().hex[:8]}").stdout.strip()
-    nodes: list[str] = []
-    try:
-        for _ in range(2):
-            cid = docker(
-                "run", "-d", "--network", network, "--shm-size", "512m", ray_image,
-                "sleep", "infinity",
-            ).stdout.strip()  # fmt: skip
-            nodes.append(cid)
-        addresses = [
-            docker(
-                "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", cid
-            ).stdout.strip()
-            for cid in nodes
-        ]
-        yield list(zip(nodes, addresses, strict=True))
-    finally:
-        for cid in nodes:
-            docker("rm", "-f", cid, check=False)
-        docker("network", "rm", network, check=False)
+    run_args = ["--shm-size", "512m", ray_image, "sleep", "infinity"]
+    with containers_on_network("sparkops-ray", run_args, timeout=120) as nodes:
+        yield nodes
 
 
 def start_rendered(cid: str, folder: Path, detach: bool) -> subprocess.CompletedProcess:

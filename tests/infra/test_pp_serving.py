@@ -19,14 +19,12 @@ rendered Ray command.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
 import subprocess
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,14 +36,13 @@ from sparkops.render import render_inventory
 from sparkops.samples import sample_paths
 from sparkops.versions import RAY_VERSION
 from tests.plugins.cli import batch_run, sparkops
-from tests.plugins.hosts import image_ref, run_docker
+from tests.plugins.hosts import containers_on_network, run_docker
 from tests.plugins.inventories import make_inventory
 from tests.plugins.vllm_server import mounted_venv_vars
 
 pytestmark = pytest.mark.infra
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKERFILE = REPO / "docker" / "vllm-cpu" / "Dockerfile"
 PROFILE = REPO / "src" / "sparkops" / "profiles" / "cpu-tiny.yaml"
 PIPELINE, NOTES = sample_paths()
 READY_TIMEOUT_S = 540  # two vLLM-CPU processes starting on two shared, busy cores
@@ -70,52 +67,18 @@ def ray_venv() -> Path:
     return venv
 
 
-@pytest.fixture(scope="module")
-def runtime_image(docker_engine) -> str:
-    """docker/vllm-cpu with INSTALL_VLLM=0 (Debian + libnuma/libgomp; the venv comes mounted),
-    keyed like the deploy converge test's, so both tests share one build."""
-    base = image_ref("amd64")
-    if run_docker("image", "inspect", base, check=False).returncode:
-        pytest.fail(f"{base} is missing: run `make testbed`", pytrace=False)
-    key = hashlib.sha256(base.encode() + DOCKERFILE.read_bytes()).hexdigest()[:12]
-    image = f"sparkops/vllm-cpu-runtime:{key}"
-    if run_docker("image", "inspect", image, check=False).returncode:
-        build = run_docker(
-            "build", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "INSTALL_VLLM=0",
-            "-t", image, str(DOCKERFILE.parent), check=False, timeout=900,
-        )  # fmt: skip
-        assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    return image
-
-
 @pytest.fixture
-def pair(runtime_image, ray_venv) -> Iterator[list[tuple[str, str]]]:
+def pair(vllm_cpu_runtime_image, ray_venv) -> Iterator[list[tuple[str, str]]]:
     """Two idle containers on a private network, the venvs (vLLM-CPU, Ray) and the tiny model
     mounted: [(container id, address), ...]."""
-    network = run_docker("network", "create", f"sparkops-pp-{uuid.uuid4().hex[:8]}").stdout
-    network = network.strip()
     model = ensure_tiny_model()
     mounts = [*mounted_venv_vars()["vllm_serving_extra_volumes"], str(ray_venv), str(model)]
     volumes = [arg for path in mounts for arg in ("-v", f"{path}:{path}:ro")]
-    nodes: list[str] = []
-    try:
-        for _ in range(2):
-            cid = run_docker(
-                "run", "-d", "--network", network, "--shm-size", "1g", *volumes,
-                "--entrypoint", "sleep", runtime_image, "infinity",
-            ).stdout.strip()  # fmt: skip
-            nodes.append(cid)
-        addresses = [
-            run_docker(
-                "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", cid
-            ).stdout.strip()
-            for cid in nodes
-        ]
-        yield list(zip(nodes, addresses, strict=True))
-    finally:
-        for cid in nodes:
-            run_docker("rm", "-f", cid, check=False)
-        run_docker("network", "rm", network, check=False)
+    run_args = [
+        "--shm-size", "1g", *volumes, "--entrypoint", "sleep", vllm_cpu_runtime_image, "infinity",
+    ]  # fmt: skip
+    with containers_on_network("sparkops-pp", run_args) as nodes:
+        yield nodes
 
 
 def render_pair(

@@ -146,6 +146,58 @@ def docker_engine() -> str:
     return run_docker("version", "--format", "{{.Server.Version}}").stdout.strip()
 
 
+VLLM_CPU_DOCKERFILE = Path(__file__).resolve().parents[2] / "docker" / "vllm-cpu" / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def vllm_cpu_runtime_image(docker_engine) -> str:
+    """docker/vllm-cpu with INSTALL_VLLM=0: Debian + libnuma/libgomp, the venv comes mounted.
+
+    Built FROM the test bed's keyed base image (`make testbed`), and tagged with a key of that
+    base and the Dockerfile, so an edited Dockerfile is never tested through a stale image and
+    every test that runs vLLM-CPU in a container shares one build."""
+    base = image_ref("amd64")
+    if run_docker("image", "inspect", base, check=False).returncode:
+        pytest.fail(f"{base} is missing: run `make testbed`", pytrace=False)
+    key = hashlib.sha256(base.encode() + VLLM_CPU_DOCKERFILE.read_bytes()).hexdigest()[:12]
+    image = f"sparkops/vllm-cpu-runtime:{key}"
+    if run_docker("image", "inspect", image, check=False).returncode:
+        build = run_docker(
+            "build", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "INSTALL_VLLM=0",
+            "-t", image, str(VLLM_CPU_DOCKERFILE.parent), check=False, timeout=900,
+        )  # fmt: skip
+        assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return image
+
+
+@contextmanager
+def containers_on_network(
+    name: str, run_args: Sequence[str], *, count: int = 2, timeout: float | None = None
+) -> Iterator[list[tuple[str, str]]]:
+    """`count` detached containers (`docker run -d --network NET *run_args`) on a private
+    network named after `name`: [(container id, address), ...]; all removed on exit."""
+    network = run_docker(
+        "network", "create", f"{name}-{secrets.token_hex(4)}", timeout=timeout
+    ).stdout.strip()
+    nodes: list[str] = []
+    try:
+        for _ in range(count):
+            cid = run_docker("run", "-d", "--network", network, *run_args, timeout=timeout)
+            nodes.append(cid.stdout.strip())
+        addresses = [
+            run_docker(
+                "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", cid,
+                timeout=timeout,
+            ).stdout.strip()
+            for cid in nodes
+        ]  # fmt: skip
+        yield list(zip(nodes, addresses, strict=True))
+    finally:
+        for cid in nodes:
+            run_docker("rm", "-f", cid, check=False, timeout=timeout)
+        run_docker("network", "rm", network, check=False, timeout=timeout)
+
+
 def start_host(arch: str, docker_inside: bool) -> Host:
     """Start one host container and wait until systemd reports running or degraded."""
     image = image_ref(arch)
