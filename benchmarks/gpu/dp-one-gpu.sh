@@ -25,7 +25,7 @@ W=${W:-/tmp/w} SITE=${SITE:-/tmp/site} LSITE=${LSITE:-/tmp/lsite} STAGE=${STAGE:
 P3=${P3:-/tmp/p3} NAME=vllm-0.26.0-h200 KILL_AFTER=${KILL_AFTER:-20}
 # JOBS: a subset, in this order. ROUTER_WORKERS: LiteLLM's --num_workers appended to the
 # rendered router command for every router job (an experiment: one worker held the router at
-# 100% of a core; LiteLLM 1.108.7's workers died at start).
+# 100% of a core; the pinned LiteLLM's workers died at start).
 JOBS=${JOBS:-router direct router_kill direct_kill} ROUTER_WORKERS=${ROUTER_WORKERS:-}
 R=$P3/rendered
 mkdir -p "$W/out" "$SITE" "$LSITE"
