@@ -244,7 +244,8 @@ def test_stack_record_from_the_render_is_kept_and_a_missing_one_is_a_usage_error
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
         f"sparkops: error: --stack-record {tmp_path / 'nope'} does not exist; pass the "
-        "stack-record.json the deploy wrote next to compose.yml"
+        "stack-record.json the deploy wrote next to compose.yml (readable by the job's user), "
+        "or leave the option out"
     ]
     assert sum(fault_server.requests.values()) == 0 and not job["out"].exists()
     proc = sparkops(*command(job, fault_server, "--stack-record", str(record))[3:])

@@ -147,7 +147,11 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     ("case", "expected"),
     [
         ("vault", "is vault-encrypted: `sparkops render` has no vault password"),
-        ("bad yaml", "broken.yml is not valid YAML (line 3). Fix the file."),
+        (
+            "bad yaml",
+            "broken.yml is not valid YAML (line 3: expected ',' or ']', but got "
+            "'<stream end>'); fix the file",
+        ),
         ("undefined", "inventory host spark-1: vllm_serving_hf_cache: "),
         ("no hosts file", "no hosts.yml in"),
         (

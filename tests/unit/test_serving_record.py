@@ -169,7 +169,7 @@ def test_stack_record_loses_secrets_at_any_depth(tmp_path):
     ("content", "says"),
     [
         (None, "does not exist"),
-        ("not json", "is not a JSON stack record"),
+        ("not json", "is not valid JSON (line 1: Expecting value)"),
         ("[1, 2]", "is not a JSON object"),
         ("dir", "cannot be read (IsADirectoryError)"),
     ],

@@ -36,12 +36,12 @@ import aiohttp
 
 from sparkops import __version__
 from sparkops.batch import serving_record, vllm_api
-from sparkops.batch.journal import append_json, iter_results
+from sparkops.batch.durable import append_json, iter_json_lines
+from sparkops.batch.jobdir import SERVING
 from sparkops.batch.serving_record import Change, Identity
-from sparkops.errors import UserError
+from sparkops.inputs import read_json
 from sparkops.privacy import is_secret_name
 
-SERVING = "serving.jsonl"
 # One identity probe (three small GETs) is bounded: a slow server is "no answer this time".
 PROBE_TIMEOUT_S = 10.0
 GPU_CHECK = "sparkops-gpu-check"
@@ -126,25 +126,12 @@ def _gpu_check_path() -> str | None:
 
 def read_stack_record(path: Path) -> dict[str, Any]:
     """The deploy's stack-record.json (see sparkops.render.record), secrets dropped."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(
-            f"--stack-record {path} does not exist; pass the stack-record.json the deploy "
-            "wrote next to compose.yml"
-        ) from None
-    except OSError as err:
-        raise UserError(
-            f"--stack-record {path} cannot be read ({type(err).__name__}); copy it where the "
-            "job's user can read it, or leave the option out"
-        ) from None
-    except (ValueError, UnicodeDecodeError) as err:
-        raise UserError(
-            f"--stack-record {path} is not a JSON stack record ({type(err).__name__}); pass "
-            "the stack-record.json the deploy wrote next to compose.yml"
-        ) from None
-    if not isinstance(data, dict):
-        raise UserError(f"--stack-record {path} is not a JSON object; pass stack-record.json")
+    data = read_json(
+        path,
+        what="--stack-record",
+        fix="pass the stack-record.json the deploy wrote next to compose.yml (readable by the "
+        "job's user), or leave the option out",
+    )
     return without_secrets(data)
 
 
@@ -221,7 +208,7 @@ class ServingLog:
     def load(cls, directory: Path) -> ServingLog:
         """The record so far (a resumed job compares against it)."""
         log = cls(directory)
-        for obj in iter_results(directory / SERVING):
+        for obj in iter_json_lines(directory / SERVING):
             if not isinstance(obj, dict):
                 continue
             if isinstance(obj.get("serving"), int):

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sparkops.errors import UserError
+from sparkops.inputs import read_yaml
 
 STOP = "stop"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -239,14 +240,12 @@ def _resolve_system(text: str, base: Path) -> str:
 def load_pipeline(path: str | Path) -> PipelineSpec:
     """Read, resolve prompt files and validate a pipeline YAML."""
     path = Path(path)
-    try:
-        raw: Any = yaml.load(path.read_text(encoding="utf-8"), Loader=_YamlLoader)
-    except FileNotFoundError:
-        raise UserError(f"pipeline file {path} does not exist; pass --pipeline PATH") from None
-    except yaml.YAMLError as err:
-        raise UserError(f"pipeline {path} is not valid YAML ({err}); fix the syntax") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"pipeline {path} must be a mapping with name, model, steps")
+    raw: dict[str, Any] = read_yaml(
+        path,
+        what="pipeline",
+        fix="pass --pipeline PATH to a YAML mapping with name, model, steps",
+        loader=_YamlLoader,
+    )
     for step in raw.get("steps") or []:
         if isinstance(step, dict) and isinstance(step.get("system"), str):
             step["system"] = _resolve_system(step["system"], path.parent)

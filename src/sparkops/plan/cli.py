@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkops.errors import UserError
+from sparkops.inputs import read_json
 from sparkops.plan.guard import GuardSettings, Verdict, check_launch, host_facts, settings_of
 from sparkops.plan.memory import GB, GIB, MemoryPlan, plan_memory
 from sparkops.plan.throughput import ThroughputPlan, plan_throughput
@@ -156,14 +157,7 @@ def parse_hit_rate(text: str) -> float:
 def load_config(path: Path) -> tuple[dict[str, Any], Path]:
     """Read config.json (given directly or as its model folder)."""
     file = path / "config.json" if path.is_dir() else path
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{file} does not exist: pass the model's config.json") from None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{file} is not valid JSON ({err}): pass the model's config.json") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{file} is not a JSON object: pass the model's config.json")
+    data = read_json(file, what="model config", fix="pass the model's config.json")
     return data, file.parent
 
 

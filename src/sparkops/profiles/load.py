@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from sparkops.errors import UserError
+from sparkops.inputs import read_yaml
 from sparkops.profiles.schema import Profile
 
 PROFILE_DIR = Path(__file__).parent
@@ -32,7 +32,9 @@ def _describe(err: ValidationError) -> str:
 def parse_profile(data: object, source: str) -> Profile:
     """Validate already-parsed YAML; errors name the source and each bad key."""
     if not isinstance(data, dict):
-        raise UserError(f"profile {source}: expected a mapping of settings, got {type(data)}")
+        raise UserError(
+            f"profile {source}: expected a mapping of settings, got {type(data).__name__}"
+        )
     try:
         return Profile.model_validate(data)
     except ValidationError as err:
@@ -52,7 +54,12 @@ def load_profile(name_or_path: str | Path) -> Profile:
             f"profile '{name_or_path}' not found. Use one of: {', '.join(available_profiles())}"
             ", or a path to a profile YAML file."
         )
-    profile = parse_profile(yaml.safe_load(path.read_text()), str(name_or_path))
+    data = read_yaml(
+        path,
+        what="profile",
+        fix="fix the profile file (the schema is sparkops/profiles/schema.py)",
+    )
+    profile = parse_profile(data, str(name_or_path))
     if path.parent == PROFILE_DIR and profile.name != path.stem:
         raise UserError(f"profile file {path.name} declares name '{profile.name}': make them match")
     return profile

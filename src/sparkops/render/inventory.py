@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from sparkops.errors import UserError
+from sparkops.inputs import parse_yaml, read_text
 
 HOSTS_FILES = ("hosts.yml", "hosts.yaml")
 # Variables the renderer reads: one of these that cannot be resolved stops the render. Others
@@ -66,21 +67,23 @@ def _vars_files(base: Path) -> list[Path]:
     )
 
 
+class _TagsKept(yaml.SafeLoader):
+    """SafeLoader that reads Ansible's own tags (!vault, !unsafe) as plain values: this check
+    only looks for syntax errors; Ansible decides what a tag means."""
+
+
+_TagsKept.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
 def _check_files(base: Path, hosts_file: Path) -> None:
-    """Refuse vault-encrypted files and name the file of a YAML error, before Ansible reads
-    them (its own messages name neither the file nor the fix)."""
+    """Refuse vault-encrypted files and name the file and line of a YAML error, before
+    Ansible reads them (its own messages name neither the file nor the fix)."""
     for path in [hosts_file, *_vars_files(base)]:
-        text = path.read_text(errors="replace")
+        what = "inventory file"
+        text = read_text(path, what=what, fix="fix the file")
         if text.lstrip().startswith("$ANSIBLE_VAULT"):
             raise UserError(f"{path} is vault-encrypted: {VAULT_FIX}")
-        try:
-            data = yaml.safe_load(text)
-        except yaml.constructor.ConstructorError:
-            continue  # Ansible's own tags (!vault, !unsafe): Ansible decides
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" (line {mark.line + 1})" if mark is not None else ""
-            raise UserError(f"{path} is not valid YAML{where}. Fix the file.") from None
+        data = parse_yaml(text, path, what=what, fix="fix the file", top=None, loader=_TagsKept)
         if path == hosts_file and (not isinstance(data, dict) or not data):
             raise UserError(f"{hosts_file}: expected Ansible's YAML format with an 'all:' group")
 
