@@ -15,9 +15,11 @@ import pytest
 
 import sparkops
 from sparkops import cli
+from sparkops.batch.engine import EngineConfig
 from sparkops.batch.job import JobConfig
 from sparkops.batch.journal import prepare_dir
-from sparkops.batch.options import JOB_OPTIONS, job_settings
+from sparkops.batch.options import EngineSettings, job_config, job_fields, job_settings
+from sparkops.errors import UserError
 from tests.plugins.job_dir import manifest
 
 SPARKOPS = [sys.executable, "-m", "sparkops.cli"]
@@ -95,7 +97,8 @@ def test_sweep_takes_every_shared_batch_option_with_the_same_default():
     run = options(subparser(parser, "batch", "run"))
     sweep = options(subparser(parser, "bench", "sweep"))
     shared = set(run) - BATCH_ONLY
-    assert shared == {option.flag for option in JOB_OPTIONS}
+    assert shared == {flag.flag for _, flag in job_fields("sweep").values()}
+    assert set(run) - {"--help"} == {flag.flag for _, flag in job_fields("run").values()}
     for flag in shared:
         a, b = run[flag], sweep.get(flag)
         assert b is not None, f"bench sweep lacks {flag}"
@@ -126,12 +129,121 @@ def test_both_commands_hand_the_same_settings_to_the_job():
     parser = cli.build_parser()
     run = parser.parse_args(["batch", "run", "--input=i", "--out=o", *given])
     sweep = parser.parse_args(["bench", "sweep", "--input=i", "--out=o", "--pipeline=p", *given])
-    settings = job_settings(run)
-    assert settings == job_settings(sweep)
+    settings = job_settings(sweep, "sweep")
+    assert {k: v for k, v in job_settings(run).items() if k in settings} == settings
     assert settings["policy"] == "step-aware" and settings["progress"] is False
     assert settings["endpoints"] == ["http://a:1", "http://b:2"]
     config = JobConfig(input=Path("i"), out=Path("o"), **settings)  # every key is a field
     assert (config.retry_for, config.fail_fast, config.strict_serving) == (11.0, 0, True)
+    assert job_config(**job_settings(run)) == config  # batch run's own four are the defaults
+
+
+def test_every_job_default_is_the_schemas():
+    """A default exists once: the parser's, the engine's and JobConfig's are the same value."""
+    parser = cli.build_parser()
+    run = subparser(parser, "batch", "run")
+    for name, (field, flag) in job_fields("run").items():
+        action = options(run)[flag.flag]
+        if not field.is_required():
+            assert action.default == field.default, name
+    engine = EngineConfig()
+    for name, field in EngineSettings.model_fields.items():
+        assert getattr(engine, name) == field.default == JobConfig.model_fields[name].default
+    config = JobConfig(input=Path("i"), out=Path("o"), endpoints=["http://a:1"], concurrency=7)
+    assert config.engine() == EngineSettings(
+        **{**engine.model_dump(include=set(EngineSettings.model_fields)), "concurrency": 7}
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (
+            ["--request-timeout", "0"],
+            "--request-timeout: must be a finite number above 0 (got '0')",
+        ),
+        (
+            ["--request-timeout", "-1"],
+            "--request-timeout: must be a finite number above 0 (got '-1')",
+        ),
+        (
+            ["--request-timeout", "inf"],
+            "--request-timeout: must be a finite number above 0 (got 'inf')",
+        ),
+        (["--retry-for", "1e999"], "--retry-for: must be a finite number above 0 (got '1e999')"),
+        (
+            ["--sample-interval", "nan"],
+            "--sample-interval: must be a finite number above 0 (got 'nan')",
+        ),
+        (
+            ["--status-interval", "0"],
+            "--status-interval: must be a finite number above 0 (got '0')",
+        ),
+        (["--stall-after", "-5"], "--stall-after: must be a finite number 0 or more (got '-5')"),
+        (["--concurrency", "-3"], "--concurrency: must be a whole number 1 or more (got '-3')"),
+        (["--concurrency", "0"], "--concurrency: must be a whole number 1 or more (got '0')"),
+        (["--concurrency", "2.5"], "--concurrency: must be a whole number 1 or more (got '2.5')"),
+        (["--fail-fast", "-1"], "--fail-fast: must be a whole number 0 or more (got '-1')"),
+        (
+            ["--schedule-max-wait", "0"],
+            "--schedule-max-wait: must be a whole number 1 or more (got '0')",
+        ),
+    ],
+)
+def test_every_number_option_is_bounded_with_one_message(tmp_path, argv, named):
+    """Out of bounds: exit 2, one line naming the option, what it allows and the value given,
+    before anything is read or sent (the input does not even exist)."""
+    proc = subprocess.run(
+        [
+            *SPARKOPS,
+            "batch",
+            "run",
+            "--input",
+            str(tmp_path / "none.jsonl"),
+            "--out",
+            str(tmp_path / "job"),
+            "--endpoint",
+            "http://127.0.0.1:9",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"sparkops batch run: error: argument {named}"
+    assert not (tmp_path / "job").exists()
+
+
+def test_the_sweep_checks_the_same_bounds(tmp_path):
+    proc = subprocess.run(
+        [
+            *SPARKOPS,
+            "bench",
+            "sweep",
+            "--input=i",
+            "--out=o",
+            "--pipeline=p",
+            "--endpoint=http://127.0.0.1:9",
+            "--request-timeout=inf",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert "argument --request-timeout: must be a finite number above 0 (got 'inf')" in proc.stderr
+
+
+def test_a_library_caller_gets_the_same_bounds_as_a_user_error():
+    with pytest.raises(
+        UserError, match=r"--request-timeout must be a finite number above 0 \(got inf\)"
+    ):
+        job_config(input="i", out="o", endpoints=["http://a:1"], request_timeout=float("inf"))
+    with pytest.raises(UserError, match=r"^--schedule "):
+        job_config(input="i", out="o", endpoints=["http://a:1"], policy="random")
 
 
 def test_report_json_prints_what_report_json_holds(tmp_path, capsys):

@@ -9,8 +9,8 @@ import time
 import traceback
 from pathlib import Path
 
-from sparkops.batch.job import JobConfig, run_job
-from sparkops.batch.options import add_job_options, job_settings
+from sparkops.batch.job import run_job
+from sparkops.batch.options import add_job_options, job_config, job_settings
 from sparkops.batch.status import job_status
 from sparkops.errors import JobStopped, UserError
 from sparkops.files import open_private
@@ -38,18 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument(
-        "--pipeline", type=Path, help="pipeline YAML (not needed for OpenAI batch files)"
-    )
-    run.add_argument(
-        "--input", type=Path, required=True, help="JSONL / CSV records, or an OpenAI batch file"
-    )
-    run.add_argument(
-        "--out", type=Path, required=True, help="job directory (results.jsonl, timeline, report)"
-    )
-    run.add_argument("--concurrency", type=int, default=1000, help="requests in flight")
-    # The options `bench sweep` shares (batch/options.py): declared there, once.
-    add_job_options(run)
+    # Every option is a field of the job's schema (batch/options.py JobConfig): its type,
+    # default, bounds and help are declared there, once, for this command and `bench sweep`.
+    add_job_options(run, "run")
     run.set_defaults(func=_run)
 
     status = sub.add_parser("status", help="how far a job got")
@@ -86,15 +77,7 @@ def _crash_line(out: Path, err: Exception) -> str:
 
 
 def _run_job(args: argparse.Namespace) -> int:
-    summary = run_job(
-        JobConfig(
-            input=args.input,
-            out=args.out,
-            pipeline=args.pipeline,
-            concurrency=args.concurrency,
-            **job_settings(args),
-        )
-    )
+    summary = run_job(job_config(**job_settings(args, "run")))
     rpm = f"{summary.records_per_min:,.0f}" if summary.records_per_min else "-"
     hit = f"{summary.hit_rate:.1%}" if summary.hit_rate is not None else "-"
     print(

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkops.batch.options import SAMPLE_INTERVAL_S
 from sparkops.batch.stall import Change, EndpointWatch, StallWatch
 from sparkops.errors import UserError
 
@@ -71,7 +72,10 @@ class EndpointPool:
 
     @classmethod
     def from_urls(
-        cls, urls: list[str], stall_after: float | None = None, sample_interval: float = 5.0
+        cls,
+        urls: list[str],
+        stall_after: float | None = None,
+        sample_interval: float = SAMPLE_INTERVAL_S,
     ) -> EndpointPool:
         """stall_after: seconds without progress before an endpoint counts as stalled (None:
         the default rule in batch/stall.py; 0: never)."""

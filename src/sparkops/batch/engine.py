@@ -22,14 +22,10 @@ import aiohttp
 
 from sparkops.batch import openai_batch
 from sparkops.batch.admission import Admission
-from sparkops.batch.connections import (
-    CONNECT_GAP_S,
-    RECYCLE_EVERY,
-    ConnectionRecycler,
-    ConnectPacer,
-)
+from sparkops.batch.connections import ConnectionRecycler, ConnectPacer
 from sparkops.batch.endpoints import Endpoint, EndpointPool
 from sparkops.batch.journal import Journal
+from sparkops.batch.options import EngineSettings
 from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
 from sparkops.batch.records import InputProblem, Record
 from sparkops.batch.retry import backoff_delay, error_cause, is_retryable, retry_after_seconds
@@ -96,21 +92,12 @@ class Stats:
     hit_rate: float | None = None
 
 
-@dataclass
-class EngineConfig:
-    concurrency: int = 1000
-    lookahead: int | None = None
-    request_timeout: float = 600.0
-    retry_for: float = 1800.0
+class EngineConfig(EngineSettings):
+    """The engine's view of the job's settings (batch/options.py, defaults and bounds there)
+    plus this run's facts, which are not settings."""
+
     api_key: str | None = None
     run: int = 1
-    max_wait: int | None = None
-    # Stop when the first this-many calls all fail with one cause (0: never).
-    fail_fast: int = 20
-    # Requests per kept-alive connection before it is recycled (batch/connections.py; 0: never)
-    recycle_every: int = RECYCLE_EVERY
-    # Seconds between two new connections (batch/connections.py; 0: no pacing)
-    connect_gap: float = CONNECT_GAP_S
 
 
 class Engine:

@@ -22,7 +22,6 @@ from typing import Any
 import aiohttp
 
 from sparkops.batch import openai_batch, serving, serving_record, stall, vllm_api
-from sparkops.batch.connections import CONNECT_GAP_S, RECYCLE_EVERY
 from sparkops.batch.endpoints import Endpoint, EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
 from sparkops.batch.journal import (
@@ -39,7 +38,8 @@ from sparkops.batch.journal import (
 )
 from sparkops.batch.limits import ensure_open_files
 from sparkops.batch.lock import lock_job_dir
-from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
+from sparkops.batch.options import JobConfig
+from sparkops.batch.policy import POLICIES
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.records import InputKind, detect_kind, read_records, scan_input
 from sparkops.batch.retry import error_cause
@@ -54,39 +54,6 @@ PREFIX = "prefix.json"
 # The preflight's own requests are bounded: /v1/models must answer within this, and the
 # prefix probes (/tokenize, optional) share this budget, then the job runs without them.
 PREFLIGHT_TIMEOUT_S = 30.0
-
-
-@dataclass
-class JobConfig:
-    """Everything a job needs; mirrors `sparkops batch run` options."""
-
-    input: Path
-    out: Path
-    endpoints: list[str]
-    pipeline: Path | None = None
-    concurrency: int = 1000
-    id_field: str = "id"
-    api_key_env: str | None = None
-    restart: bool = False
-    request_timeout: float = 600.0
-    retry_for: float = 1800.0
-    sample_interval: float = 5.0
-    fsync_interval: float = 1.0
-    policy: str = DEFAULT_POLICY
-    progress: bool = True
-    lookahead: int | None = None
-    max_wait: int | None = None
-    fail_fast: int = 20
-    # seconds without progress before an endpoint counts as stalled (None: the rule in
-    # batch/stall.py; 0: never)
-    stall_after: float | None = None
-    # requests per kept-alive connection before it is recycled (batch/connections.py)
-    recycle_every: int = RECYCLE_EVERY
-    connect_gap: float = CONNECT_GAP_S
-    # stop (exit 1, resumable) when an endpoint's identity changes (batch/serving.py)
-    strict_serving: bool = False
-    # the deploy's stack-record.json (written next to compose.yml), for the serving record
-    stack_record: Path | None = None
 
 
 @dataclass
@@ -165,18 +132,7 @@ def run_job(cfg: JobConfig) -> JobSummary:
 def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, InputKind, str | None]:
     if not cfg.endpoints:
         raise UserError("no endpoint given; pass --endpoint http://127.0.0.1:8000 (repeatable)")
-    if cfg.concurrency < 1:
-        raise UserError("--concurrency must be at least 1")
-    if cfg.policy not in POLICIES:
-        raise UserError(
-            f"unknown --schedule {cfg.policy!r}; choose one of {', '.join(sorted(POLICIES))}"
-        )
-    if cfg.max_wait is not None and cfg.max_wait < 1:
-        raise UserError(f"--schedule-max-wait must be at least 1 (got {cfg.max_wait})")
-    if cfg.stall_after is not None and not cfg.stall_after >= 0:
-        raise UserError(
-            f"--stall-after must be 0 (off) or a number of seconds (got {cfg.stall_after})"
-        )
+    # Types and bounds of every setting are JobConfig's (batch/options.py), checked when built.
     for url in cfg.endpoints:
         normalise_base(url)  # refuses a URL without http:// with the fix
     check_out_dir(cfg.out)
@@ -274,18 +230,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             },
         )
         engine = Engine(
-            EngineConfig(
-                cfg.concurrency,
-                cfg.lookahead,
-                cfg.request_timeout,
-                cfg.retry_for,
-                api_key,
-                run,
-                cfg.max_wait,
-                cfg.fail_fast,
-                recycle_every=cfg.recycle_every,
-                connect_gap=cfg.connect_gap,
-            ),
+            EngineConfig(**dict(cfg.engine()), api_key=api_key, run=run),
             pool,
             journal,
             spec,

@@ -1,176 +1,346 @@
-"""The options of a batch job, declared once for every command that runs one.
+"""The job's settings as one schema: `JobConfig`, and the command-line options made from it.
 
-`sparkops batch run` runs one job; `sparkops bench sweep` runs one job per concurrency level.
-Both take their job options from `JOB_OPTIONS`, so a default or a help text cannot drift
-between them (they had: `--sample-interval` 5 s in one and 1 s in the other, and the sweep
-lacked `--retry-for` and `--schedule`). `add_job_options` declares them on a parser and
-`job_settings` turns the parsed values into `JobConfig` keyword arguments. What differs stays
-with its command: what to run (`--input`, `--pipeline`, `--out`) and how many calls at once
-(`batch run --concurrency`, `bench sweep --levels`).
+Every setting of a batch job is one field of `JobConfig` (a pydantic model): its type, its
+default, its bounds and its help text, written once. `sparkops batch run` and `sparkops bench
+sweep` declare their options from those fields (`add_job_options`), so a default, a bound or a
+help text cannot drift between the commands, the library entry point and the engine (they
+had: `--sample-interval` 5 s in one command and 1 s in the other; the job's defaults were
+written three times). A field with a `Flag` is an option; one without (`fsync_interval`,
+`recycle_every`, ...) is a library and benchmark setting only.
+
+Bounds are the fields' constraints (`gt`, `ge`, finite numbers), checked by the same
+validator on the command line (argparse's `type=`: one message, exit 2, before any request)
+and in `JobConfig(...)`: `--request-timeout 0` or `inf` and `--sample-interval nan` are
+refused, never silently turned into "off" or an overflow.
+
+The engine gets a view: `EngineSettings` is the base class holding the fields the engine
+reads (`JobConfig` inherits them, so their defaults exist once), and `JobConfig.engine()`
+returns that frozen sub-model.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import functools
+import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
+import annotated_types
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+
+from sparkops.batch.connections import CONNECT_GAP_S, RECYCLE_EVERY
 from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: a whole number of at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more (got {value})")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 (got {text})")
-    return value
+from sparkops.errors import UserError
 
 
 @dataclass(frozen=True)
-class JobOption:
-    """One option: its flag, the JobConfig field it sets, argparse's keyword arguments."""
+class Flag:
+    """A field's command-line option: its flag and how argparse shows it.
+
+    `sweep=False`: `batch run` only (a sweep names its own input, pipeline and output, and
+    replaces `--concurrency` by `--levels`). `negate`: a store-true flag that sets the field
+    to False (`--no-progress`). `unit`: shown after the default in the help text."""
 
     flag: str
-    config_field: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    convert: Callable[[Any], Any] = lambda value: value
-
-    @property
-    def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
+    metavar: str | None = None
+    sweep: bool = True
+    negate: bool = False
+    required: bool = False
+    unit: str = ""
 
 
-JOB_OPTIONS: tuple[JobOption, ...] = (
-    JobOption(
-        "--endpoint",
-        "endpoints",
-        {"action": "append", "required": True, "help": "vLLM or LiteLLM base URL (repeatable)"},
-    ),
-    JobOption(
-        "--schedule",
-        "policy",
-        {
-            "choices": sorted(POLICIES),
-            "default": DEFAULT_POLICY,
-            "help": "which ready call goes next: fifo (arrival order) or step-aware (favour the "
-            "step whose prefix is hottest in the cache, bounded wait)",
-        },
-    ),
-    JobOption(
-        "--schedule-max-wait",
-        "max_wait",
-        {
-            "type": int,
-            "help": "step-aware: a ready call goes next once this many newer calls became ready "
-            "(default: the concurrency, at least 64)",
-        },
-    ),
-    JobOption("--api-key-env", "api_key_env", {"help": "environment variable holding the API key"}),
-    JobOption("--id-field", "id_field", {"default": "id", "help": "record id field"}),
-    JobOption(
-        "--restart",
-        "restart",
-        {"action": "store_true", "help": "start over; old files kept in DIR/previous-*/"},
-    ),
-    JobOption(
-        "--request-timeout",
-        "request_timeout",
-        {"type": float, "default": 600.0, "help": "seconds per request"},
-    ),
-    JobOption(
-        "--retry-for",
-        "retry_for",
-        {
-            "type": positive_seconds,
-            "default": 1800.0,
-            "help": "stop the job (resumable, exit 1) when calls fail and no endpoint has "
+def _flag(field: FieldInfo) -> Flag | None:
+    return next((m for m in field.metadata if isinstance(m, Flag)), None)
+
+
+# The one default the stall rule also reads (batch/stall.py: 4 sample intervals).
+SAMPLE_INTERVAL_S = 5.0
+
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Interval = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class EngineSettings(BaseModel):
+    """The settings the dispatch engine reads (batch/engine.py): a frozen view of the job's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    concurrency: Annotated[
+        int,
+        Field(ge=1, description="requests in flight"),
+        Flag("--concurrency", metavar="N", sweep=False),
+    ] = 1000
+    request_timeout: Annotated[
+        Seconds,
+        Field(description="seconds one request may take before it counts as a timeout (retried)"),
+        Flag("--request-timeout", metavar="S", unit="s"),
+    ] = 600.0
+    retry_for: Annotated[
+        Seconds,
+        Field(
+            description="stop the job (resumable, exit 1) when calls fail and no endpoint has "
             "answered for this many seconds; a call retried this long while others succeed "
-            "becomes a record error",
-        },
-    ),
-    JobOption(
-        "--fail-fast",
-        "fail_fast",
-        {
-            "type": non_negative_int,
-            "default": 20,
-            "metavar": "N",
-            "help": "stop (resumable, exit 1) when the first N records all fail with one cause "
-            "(a wrong API key, a field the records lack), without recording them as finished; "
-            "0 turns this off",
-        },
-    ),
-    JobOption(
-        "--sample-interval",
-        "sample_interval",
-        {"type": float, "default": 5.0, "help": "seconds between /metrics samples"},
-    ),
-    JobOption(
-        "--stall-after",
-        "stall_after",
-        {
-            "type": float,
-            "metavar": "S",
-            "help": "an endpoint with calls in flight and no progress (no answer, its /metrics "
-            "token counters still) for S seconds is stalled: no new calls, its in-flight calls "
-            "go to the other endpoints, it is probed again later; with every endpoint stalled "
-            "the job stops (resumable, exit 1). Default: the longest of 120 s, 4 sample "
-            "intervals and 3 times the slowest answer so far; 0 turns this off",
-        },
-    ),
-    JobOption(
-        "--strict-serving",
-        "strict_serving",
-        {
-            "action": "store_true",
-            "help": "stop (resumable, exit 1) when an endpoint's vLLM version, model, max length "
-            "or cache configuration changes during the job (without it the change is recorded "
-            "in DIR/serving.jsonl, shown and reported, and the job goes on)",
-        },
-    ),
-    JobOption(
-        "--stack-record",
-        "stack_record",
-        {
-            "type": Path,
-            "metavar": "FILE",
-            "help": "the deploy's stack-record.json (next to compose.yml) to keep in the job's "
-            "serving record: profile, image, rendered command and environment (no secrets)",
-        },
-    ),
-    JobOption(
-        "--no-progress",
-        "progress",
-        {"action": "store_true", "help": "no live progress display"},
-        convert=lambda value: not value,
-    ),
-)
+            "becomes a record error"
+        ),
+        Flag("--retry-for", metavar="S", unit="s"),
+    ] = 1800.0
+    fail_fast: Annotated[
+        int,
+        Field(
+            ge=0,
+            description="stop (resumable, exit 1) when the first N records all fail with one "
+            "cause (a wrong API key, a field the records lack), without recording them as "
+            "finished; 0 turns this off",
+        ),
+        Flag("--fail-fast", metavar="N"),
+    ] = 20
+    max_wait: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            description="step-aware: a ready call goes next once this many newer calls "
+            "became ready (default: the concurrency, at least 64)",
+        ),
+        Flag("--schedule-max-wait", metavar="N"),
+    ] = None
+    # Calls admitted beyond the concurrency (None: a quarter of it, at least 8).
+    lookahead: Annotated[int | None, Field(ge=1)] = None
+    # Requests per kept-alive connection before it is recycled (batch/connections.py; 0: never).
+    recycle_every: Annotated[int, Field(ge=0)] = RECYCLE_EVERY
+    # Seconds between two new connections (batch/connections.py; 0: no pacing).
+    connect_gap: Interval = CONNECT_GAP_S
 
 
-def add_job_options(parser: argparse.ArgumentParser) -> None:
-    """Declare every shared job option on `parser`."""
-    for option in JOB_OPTIONS:
-        parser.add_argument(option.flag, **option.kwargs)
+class JobConfig(EngineSettings):
+    """Every setting of one batch job (`sparkops batch run`, `bench sweep`, `run_job`)."""
+
+    input: Annotated[
+        Path,
+        Field(description="JSONL / CSV records, or an OpenAI batch file"),
+        Flag("--input", metavar="FILE", sweep=False, required=True),
+    ]
+    out: Annotated[
+        Path,
+        Field(description="job directory (results.jsonl, timeline, report)"),
+        Flag("--out", metavar="DIR", sweep=False, required=True),
+    ]
+    endpoints: Annotated[
+        list[str],
+        Field(
+            min_length=1,
+            description="vLLM or LiteLLM base URL (repeatable); put the API key in an "
+            "environment variable named by --api-key-env, not in the URL (a user:password "
+            "in the URL is redacted from every file and message)",
+        ),
+        Flag("--endpoint", metavar="URL", required=True),
+    ]
+    pipeline: Annotated[
+        Path | None,
+        Field(description="pipeline YAML (not needed for OpenAI batch files)"),
+        Flag("--pipeline", metavar="FILE", sweep=False),
+    ] = None
+    policy: Annotated[
+        str,
+        Field(
+            description="which ready call goes next: fifo (arrival order) or step-aware "
+            "(favour the step whose prefix is hottest in the cache, bounded wait)"
+        ),
+        Flag("--schedule"),
+    ] = DEFAULT_POLICY
+    api_key_env: Annotated[
+        str | None,
+        Field(description="environment variable holding the API key (the way to pass a key)"),
+        Flag("--api-key-env", metavar="VAR"),
+    ] = None
+    id_field: Annotated[
+        str,
+        Field(min_length=1, description="record id field"),
+        Flag("--id-field", metavar="NAME"),
+    ] = "id"
+    restart: Annotated[
+        bool,
+        Field(description="start over; old files kept in DIR/previous-*/"),
+        Flag("--restart"),
+    ] = False
+    sample_interval: Annotated[
+        Seconds,
+        Field(description="seconds between /metrics samples"),
+        Flag("--sample-interval", metavar="S", unit="s"),
+    ] = SAMPLE_INTERVAL_S
+    status_interval: Annotated[
+        Seconds,
+        Field(
+            description="off a terminal (journald, a log file): seconds between the status "
+            "lines on stderr (done, errors, in flight, records/min, hit rate, ETA)"
+        ),
+        Flag("--status-interval", metavar="S", unit="s"),
+    ] = 30.0
+    stall_after: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            allow_inf_nan=False,
+            description="an endpoint with calls in flight and no progress (no answer, its "
+            "/metrics token counters still) for S seconds is stalled: no new calls, its "
+            "in-flight calls go to the other endpoints, it is probed again later; with every "
+            "endpoint stalled the job stops (resumable, exit 1). Default: the longest of "
+            "120 s, 4 sample intervals and 3 times the slowest answer so far; 0 turns this off",
+        ),
+        Flag("--stall-after", metavar="S"),
+    ] = None
+    strict_serving: Annotated[
+        bool,
+        Field(
+            description="stop (resumable, exit 1) when an endpoint's vLLM version, model, max "
+            "length or cache configuration changes during the job (without it the change is "
+            "recorded in DIR/serving.jsonl, shown and reported, and the job goes on)"
+        ),
+        Flag("--strict-serving"),
+    ] = False
+    stack_record: Annotated[
+        Path | None,
+        Field(
+            description="the deploy's stack-record.json (next to compose.yml) to keep in the "
+            "job's serving record: profile, image, rendered command and environment (no secrets)"
+        ),
+        Flag("--stack-record", metavar="FILE"),
+    ] = None
+    progress: Annotated[
+        bool,
+        Field(
+            description="no live progress display and no status lines (default: a live bar "
+            "on a terminal, a status line every --status-interval otherwise)"
+        ),
+        Flag("--no-progress", negate=True),
+    ] = True
+    # Seconds between the journal's fsyncs (batch/journal.py).
+    fsync_interval: Interval = 1.0
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in POLICIES:
+            raise ValueError(f"choose one of {', '.join(sorted(POLICIES))}")
+        return value
+
+    def engine(self) -> EngineSettings:
+        """The engine's view of this job's settings (the same values, frozen)."""
+        return EngineSettings(**{name: getattr(self, name) for name in EngineSettings.model_fields})
 
 
-def job_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The parsed shared options as JobConfig keyword arguments."""
-    return {
-        option.config_field: option.convert(getattr(args, option.dest)) for option in JOB_OPTIONS
-    }
+def _bounds(field: FieldInfo) -> str:
+    """What a field's constraints allow, in words: 'above 0', '0 or more' (empty: any)."""
+    words = []
+    for m in field.metadata:
+        if isinstance(m, annotated_types.Gt):
+            words.append(f"above {m.gt}")
+        elif isinstance(m, annotated_types.Ge):
+            words.append(f"{m.ge} or more")
+    return " and ".join(words)
+
+
+def _scalar(field: FieldInfo) -> Any:
+    """The field's value type without None (int, float, Path, str); str for a list's items."""
+    annotation = field.annotation
+    if get_origin(annotation) is list:
+        return str
+    if get_origin(annotation) in (Union, UnionType):
+        (annotation,) = [a for a in get_args(annotation) if a is not type(None)]
+    return annotation
+
+
+def _what(kind: type, field: FieldInfo) -> str:
+    noun = {int: "a whole number", float: "a finite number"}.get(kind, "a value")
+    bounds = _bounds(field)
+    return f"{noun} {bounds}".strip()
+
+
+@functools.cache
+def _parser(name: str) -> Any:
+    """argparse `type=`: the text converted and checked against the field's constraints
+    (one function per field, shared by every command that declares it)."""
+    field = JobConfig.model_fields[name]
+    kind = _scalar(field)
+    if kind not in (int, float):
+        return kind
+    constraints = [m for m in field.metadata if not isinstance(m, Flag)]
+    check: TypeAdapter[Any] = TypeAdapter(Annotated[(kind, *constraints)])  # type: ignore[arg-type]
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(text)
+            return check.validate_python(value)
+        except (ValueError, ValidationError):
+            raise argparse.ArgumentTypeError(
+                f"must be {_what(kind, field)} (got {text!r})"
+            ) from None
+
+    parse.__name__ = name  # argparse names the type in its own messages
+    return parse
+
+
+def _help(field: FieldInfo, flag: Flag) -> str:
+    text = field.description or ""
+    default = field.default
+    if "default" in text.lower() or default is None or default is False or field.is_required():
+        return text
+    shown = f"{default:g}" if isinstance(default, float) else str(default)
+    return f"{text} (default: {shown}{' ' + flag.unit if flag.unit else ''})"
+
+
+def job_fields(command: str) -> dict[str, tuple[FieldInfo, Flag]]:
+    """The JobConfig fields `command` ("run" or "sweep") takes as options, by field name:
+    what to run first (input, output, pipeline, concurrency), then the schema's order."""
+    found = {}
+    for name, field in JobConfig.model_fields.items():
+        flag = _flag(field)
+        if flag is not None and (command == "run" or flag.sweep):
+            found[name] = (field, flag)
+    return dict(sorted(found.items(), key=lambda item: item[1][1].sweep))
+
+
+def add_job_options(parser: argparse.ArgumentParser, command: str = "run") -> None:
+    """Declare `command`'s job options on `parser`, one per JobConfig field with a Flag."""
+    for name, (field, flag) in job_fields(command).items():
+        kwargs: dict[str, Any] = {"dest": name, "help": _help(field, flag)}
+        if field.annotation is bool:
+            kwargs["action"] = "store_false" if flag.negate else "store_true"
+            kwargs["default"] = field.default
+        elif name == "endpoints":
+            kwargs.update(action="append", required=True, metavar=flag.metavar)
+        else:
+            kwargs.update(type=_parser(name), metavar=flag.metavar)
+            kwargs["required"] = flag.required
+            if not field.is_required():
+                kwargs["default"] = field.default
+        if name == "policy":
+            kwargs.update(choices=sorted(POLICIES), metavar=None, type=None)
+        parser.add_argument(flag.flag, **kwargs)
+
+
+def job_settings(args: argparse.Namespace, command: str = "run") -> dict[str, Any]:
+    """The parsed options of `command` as JobConfig keyword arguments."""
+    return {name: getattr(args, name) for name in job_fields(command)}
+
+
+def job_config(**settings: Any) -> JobConfig:
+    """JobConfig from keyword arguments; a value out of bounds is a UserError (exit 2) naming
+    the setting and what it allows, never a pydantic traceback."""
+    try:
+        return JobConfig(**settings)
+    except ValidationError as err:
+        first = err.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else "setting"
+        field = JobConfig.model_fields.get(name)
+        flag = _flag(field) if field is not None else None
+        kind = _scalar(field) if field is not None else None
+        what = f"must be {_what(kind, field)}" if field and kind in (int, float) else first["msg"]
+        raise UserError(
+            f"{flag.flag if flag else name} {what} (got {first.get('input')!r}); fix the setting"
+        ) from None

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparkops.batch.options import SAMPLE_INTERVAL_S
+
 FLOOR_S = 120.0
 SAMPLES = 4  # the counters need a few samples to show movement
 SLOWEST_FACTOR = 3.0
@@ -130,7 +132,9 @@ class EndpointWatch:
 class StallWatch:
     """Every endpoint's watch, the threshold, and the periodic decision (`check`)."""
 
-    def __init__(self, stall_after: float | None = None, sample_interval: float = 5.0) -> None:
+    def __init__(
+        self, stall_after: float | None = None, sample_interval: float = SAMPLE_INTERVAL_S
+    ) -> None:
         self.fixed = stall_after
         self.sample_interval = sample_interval
         self.slowest = 0.0

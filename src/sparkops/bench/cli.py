@@ -34,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="reset each vLLM server's prefix cache before every level "
         "(needs VLLM_SERVER_DEV_MODE=1 on the servers)",
     )
-    # Every other option is batch run's own (batch/options.py): same name, default and help.
-    add_job_options(sweep)
+    # Every other option is a field of the job's schema (batch/options.py), as in batch run.
+    add_job_options(sweep, "sweep")
     sweep.set_defaults(func=run)
 
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
             levels=parse_levels(args.levels),
             out=args.out,
             cold=args.cold,
-            job=job_settings(args),
+            job=job_settings(args, "sweep"),
         )
     )
     console = Console()
