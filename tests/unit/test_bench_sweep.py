@@ -8,11 +8,12 @@ import pytest
 from sparkops.bench.plots import write_plots
 from sparkops.bench.sweep import (
     LevelSummary,
-    interval_rates,
+    prediction_markdown,
     parse_levels,
     report_markdown,
     summarise_level,
     table_markdown,
+    with_predictions,
 )
 from sparkops.errors import UserError
 
@@ -56,9 +57,10 @@ def test_one_backend_by_hand():
     assert lv.records_per_min_whole == pytest.approx(20 / 24 * 60)
     assert lv.elapsed_s == pytest.approx(24.0)
     # 1000 prompt tokens/s of which 900 cached: 100 computed; 50 generated.
-    assert lv.prompt_tok_s == pytest.approx(100.0)
+    assert lv.computed_prompt_tok_s == pytest.approx(100.0)
     assert lv.generation_tok_s == pytest.approx(50.0)
-    assert lv.combined_tok_s == pytest.approx(150.0)
+    assert lv.computed_tok_s == pytest.approx(150.0)
+    assert lv.effective_tok_s == pytest.approx(1050.0)
     assert lv.hit_rate == pytest.approx(0.9)
     assert lv.kv_usage_max == pytest.approx(0.5)
     assert lv.waiting_max == 3.0
@@ -80,16 +82,38 @@ def test_two_backends_sum_and_survive_a_restart():
                 generation_tokens=30 * k,
             )
     lv = summarise_level(480, results(20, errors=2), one + two)
-    assert lv.prompt_tok_s == pytest.approx(100.0 + 250.0)
+    assert lv.computed_prompt_tok_s == pytest.approx(100.0 + 250.0)
     assert lv.generation_tok_s == pytest.approx(80.0)
     assert lv.hit_rate == pytest.approx((900 + 250) / (1000 + 500))
     assert (lv.done, lv.errors) == (18, 2)
 
 
-def test_interval_rates_only_inside_the_window():
-    rates = interval_rates(samples("a", 0, 10, prompt=10, hits=0, gen=1), 2.0, 5.0)
-    assert len(rates) == 3  # intervals 2-3, 3-4, 4-5
-    assert all(r["computed_prompt"] == 10 and r["generation"] == 1 for r in rates)
+def test_computed_prompt_reads_the_counted_together_pair():
+    """vLLM counts prompt_tokens when a request finishes its prefill and the queries/hits pair
+    when it is scheduled: within one interval they move apart. Recorded shape: every 5 s,
+    prompt_tokens lands in bursts (0, then 10,000) while queries/hits rise steadily; the
+    per-interval difference swings 0..2,000 tok/s, the window's integral is 100 tok/s."""
+    out = []
+    for k, t in enumerate(range(95, 126)):
+        burst = 10_000.0 * ((k + 1) // 2)  # prompt_tokens jumps every other second
+        out.append(
+            {
+                "t": float(t),
+                "run": 1,
+                "endpoint": "a",
+                "v": {
+                    "prompt_tokens": burst,
+                    "prefix_cache_queries": 5_000.0 * k,
+                    "prefix_cache_hits": 4_900.0 * k,
+                    "generation_tokens": 50.0 * k,
+                },
+            }
+        )
+    lv = summarise_level(240, results(20), out)
+    assert lv.computed_prompt_tok_s == pytest.approx(100.0)
+    # prompt_tokens over the same window: bursts of 10,000 every 2 s, about 5,000 tok/s
+    assert lv.effective_tok_s == pytest.approx(5_000.0 + 50.0, rel=0.1)
+    assert lv.computed_tok_s == pytest.approx(150.0)
 
 
 def test_short_run_falls_back_to_whole_run():
@@ -101,11 +125,12 @@ def test_short_run_falls_back_to_whole_run():
 
 def test_no_metrics_gives_none_not_zero():
     lv = summarise_level(8, results(12), [])
-    assert lv.hit_rate is None and lv.combined_tok_s is None and lv.kv_usage_max is None
+    assert lv.hit_rate is None and lv.computed_tok_s is None and lv.kv_usage_max is None
+    assert lv.bottleneck == "unknown"
     assert lv.records_per_min is not None
 
 
-def level(concurrency, rpm, hit, kv=0.3):
+def level(concurrency, rpm, hit, kv=0.3, bottleneck="engine"):
     return LevelSummary(
         concurrency=concurrency,
         records=100,
@@ -114,13 +139,19 @@ def level(concurrency, rpm, hit, kv=0.3):
         elapsed_s=60.0,
         records_per_min=rpm,
         records_per_min_whole=rpm,
-        prompt_tok_s=500.0,
+        computed_tok_s=1300.0,
+        effective_tok_s=9000.0,
+        computed_prompt_tok_s=500.0,
         generation_tok_s=800.0,
-        combined_tok_s=1300.0,
         hit_rate=hit,
+        hit_rate_steady=hit,
+        prompt_tokens_per_record=3600.0,
+        gen_tokens_per_record=300.0,
         kv_usage_max=kv,
         waiting_max=0.0,
         preemptions=0.0,
+        bottleneck=bottleneck,
+        bottleneck_sentence=f"the {bottleneck}",
     )
 
 
@@ -128,7 +159,8 @@ def test_table_and_report_markdown():
     levels = [level(1, 4.0, 0.5), level(240, 120.0, 0.89), level(960, 149.0, 0.94, kv=0.75)]
     table = table_markdown(levels)
     assert table.count("\n") == 2 + 3
-    assert "| 960 | 149.0 | 500 | 800 | 1,300 | 94.0% | 75% | 0 | 0 | 100 / 0 |" in table
+    row = "| 960 | 149.0 | 1,300 | 500 | 800 | 9,000 | 94.0% | 75% | 0 | 0 | engine | 100 / 0 |"
+    assert row in table
     report = report_markdown(levels, cold=True, records_file="notes.jsonl", plots=["x.png"])
     assert "reset (`--cold`)" in report
     assert "about 37.2x" in report  # 149 / 4
@@ -136,6 +168,26 @@ def test_table_and_report_markdown():
     assert "![x.png](x.png)" in report
     warm = report_markdown(levels[:2], cold=False, records_file="n", plots=[])
     assert "use `--cold`" in warm and "70% full" not in warm
+
+
+def test_predictions_carry_only_to_the_same_bottleneck():
+    levels = with_predictions(
+        [
+            level(1, 4.0, 0.5, bottleneck="client"),
+            level(240, 110.0, 0.89),
+            level(960, 149.0, 0.94),
+        ]
+    )
+    one, mid, top = levels
+    assert {lv.predicted_from for lv in levels} == {960}  # the highest level calibrates
+    # 1,300 computed tok/s x 60 / (3,600 x (1 - hit) + 300) tokens per record
+    assert top.predicted_records_per_min == pytest.approx(78_000 / 516)
+    assert mid.predicted_records_per_min == pytest.approx(78_000 / 696)
+    assert one.predicted_records_per_min is None
+    assert "bound by the engine, this one by the client" in (one.predicted_note or "")
+    text = prediction_markdown(levels)
+    assert "| 240 | engine | 110.0 | 112.1 | +1.9% |" in text
+    assert "| 1 | client | 4.0 | cannot |" in text
 
 
 def test_plots_are_real_pngs(tmp_path):

@@ -131,6 +131,12 @@ def test_report_files_from_a_job_directory(tmp_path):
     assert report["prefix_cache_hit_rate"] == 0.75
     assert report["prefix_cache_hit_rate_ceiling"] == 0.8
     assert report["kv_cache_usage_max"] == 0.25 and report["preemptions"] == 0
+    # The steady window (1004..1034) holds one sample, so the two that bracket it count:
+    # 1000..1041, 41 s. Computed prompt = queries - hits = 1,000; all prompt 4,000; 80 out.
+    assert report["computed_prompt_tok_s"] == pytest.approx(1000 / 41, abs=0.1)
+    assert report["generation_tok_s"] == pytest.approx(80 / 41, abs=0.1)
+    assert report["computed_tok_s"] == pytest.approx(1080 / 41, abs=0.1)
+    assert report["effective_tok_s"] == pytest.approx(4080 / 41, abs=0.1)
     for name in ("report.json", "report.md", "throughput.png"):
         assert stat.S_IMODE((job / name).stat().st_mode) == 0o600
     assert (job / "throughput.png").read_bytes()[:4] == b"\x89PNG"
@@ -193,7 +199,7 @@ def test_a_run_no_longer_than_its_concurrency_reports_no_steady_rate(tmp_path):
     job = make_job(tmp_path, [(1000.0, 1000, times)])
     report = write_report(job)
     assert report["records_per_min_steady"] is None
-    assert report["prompt_tokens_per_s"] is None
+    assert report["computed_tok_s"] is None and report["effective_tok_s"] is None
     assert "too short for a steady state" in report["records_per_min_steady_reason"]
     assert "200 records with --concurrency 1,000" in report["records_per_min_steady_reason"]
     assert report["records_per_min"] == pytest.approx(200 / 50.19 * 60, rel=0.01)

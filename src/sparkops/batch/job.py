@@ -501,6 +501,7 @@ async def _sample_once(
                 "v": values,
                 "done": stats.done + stats.errors,
                 "in_flight": stats.in_flight,
+                "cpu_s": time.process_time(),  # the client's own CPU (metrics/bottleneck.py)
             },
         )
         live.add(ep.base, values)

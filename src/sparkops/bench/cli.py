@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from sparkops.batch.options import add_job_options, job_settings
+from sparkops.bench.sweep import LEVEL_ONE_RECORDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,9 +35,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="reset each vLLM server's prefix cache before every level "
         "(needs VLLM_SERVER_DEV_MODE=1 on the servers)",
     )
+    sweep.add_argument(
+        "--limit",
+        type=positive_count,
+        metavar="N",
+        help="records per level: the first N of the input (default: all of it)",
+    )
+    sweep.add_argument(
+        "--level-one-limit",
+        type=positive_count,
+        metavar="N",
+        default=LEVEL_ONE_RECORDS,
+        help="records at concurrency 1, one at a time (default %(default)s; "
+        "--limit applies when smaller)",
+    )
     # Every other option is a field of the job's schema (batch/options.py), as in batch run.
     add_job_options(sweep, "sweep")
     sweep.set_defaults(func=run)
+
+
+def positive_count(text: str) -> int:
+    """argparse type: a whole number of records, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
             levels=parse_levels(args.levels),
             out=args.out,
             cold=args.cold,
+            limit=args.limit,
+            level_one_limit=args.level_one_limit,
             job=job_settings(args, "sweep"),
         )
     )

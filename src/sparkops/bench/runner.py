@@ -9,6 +9,9 @@ runs with `VLLM_SERVER_DEV_MODE=1` (a development switch: keep such servers on 1
 
 from __future__ import annotations
 
+import csv
+import io
+import itertools
 import json
 import time
 import urllib.error
@@ -21,7 +24,13 @@ from sparkops.batch.endpoints import normalise_base
 from sparkops.batch.job import JobConfig, run_job
 from sparkops.batch.journal import RESULTS, TIMELINE, iter_results
 from sparkops.bench.plots import write_plots
-from sparkops.bench.sweep import LevelSummary, report_markdown, summarise_level
+from sparkops.bench.sweep import (
+    LEVEL_ONE_RECORDS,
+    LevelSummary,
+    report_markdown,
+    summarise_level,
+    with_predictions,
+)
 from sparkops.errors import UserError
 from sparkops.files import write_atomic
 
@@ -42,7 +51,16 @@ class SweepConfig:
     levels: list[int]
     out: Path
     cold: bool = False
+    limit: int | None = None  # records per level (the first N of the input)
+    level_one_limit: int | None = LEVEL_ONE_RECORDS  # records at level 1; None: as `limit`
     job: dict[str, Any] = field(default_factory=dict)
+
+    def records_for(self, concurrency: int) -> int | None:
+        """How many records a level runs (None: the whole input)."""
+        caps = [n for n in (self.limit,) if n is not None]
+        if concurrency == 1 and self.level_one_limit is not None:
+            caps.append(self.level_one_limit)
+        return min(caps) if caps else None
 
     @property
     def endpoints(self) -> list[str]:
@@ -88,6 +106,26 @@ def reset_prefix_cache(endpoint: str, attempts: int = 10, timeout: float = 30.0)
     )
 
 
+def sample_input(source: Path, count: int, out: Path) -> Path:
+    """The first `count` records of `source` in a private file under the sweep's output.
+
+    JSONL: the first `count` non-blank lines; CSV: the header and the first `count` rows
+    (through the csv module, so a quoted field spanning lines stays one row). The records
+    are the user's data: the file is 0600 like every job file.
+    """
+    target = out / f"input-first-{count}{source.suffix}"
+    with source.open(encoding="utf-8", newline="") as fh:
+        if source.suffix.lower() == ".csv":
+            buffer = io.StringIO()
+            writer = csv.writer(buffer)
+            writer.writerows(itertools.islice(csv.reader(fh), count + 1))
+            text = buffer.getvalue()
+        else:
+            text = "".join(itertools.islice((line for line in fh if line.strip()), count))
+    write_atomic(target, text)
+    return target
+
+
 def read_lines(path: Path) -> list[dict]:
     return list(iter_results(path))
 
@@ -109,9 +147,11 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
                 reset_prefix_cache(endpoint)
         directory = level_dir(cfg.out, concurrency)
         settings = {**cfg.job, "endpoints": cfg.endpoints}
+        count = cfg.records_for(concurrency)
+        source = cfg.input if count is None else sample_input(cfg.input, count, cfg.out)
         run_job(
             JobConfig(
-                input=cfg.input,
+                input=source,
                 out=directory,
                 pipeline=cfg.pipeline,
                 concurrency=concurrency,
@@ -126,6 +166,7 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
             )
         )
 
+    summaries = with_predictions(summaries)
     plots = write_plots(summaries, cfg.out)
     table = cfg.out / SWEEP_JSON
     write_atomic(
@@ -134,6 +175,8 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
             {
                 "cold": cfg.cold,
                 "input": cfg.input.name,
+                "limit": cfg.limit,
+                "level_one_limit": cfg.level_one_limit,
                 "levels": [lv.as_dict() for lv in summaries],
             },
             indent=2,

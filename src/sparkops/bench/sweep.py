@@ -6,31 +6,37 @@ The row is computed from those two files only, as the seed measured:
 
 - records/min over the middle of the run (completion times between the 10% and 90%
   quantiles), because a short run finishes slowly as the last records trickle through;
-- token rates are medians over the sampling intervals inside that middle window ("at full
-  load"); prompt tok/s counts prompt tokens *computed* (prompt tokens minus prefix-cache hit
-  tokens), so combined tok/s is the chip's work rate, the planner's `--computed-tok-s`;
+- token rates are vLLM's counters integrated over that same middle window, in the kit's one
+  vocabulary (metrics/timeline.TokenRates): computed prompt tokens are
+  `prefix_cache_queries - prefix_cache_hits`, the pair vLLM counts together; computed tok/s
+  (computed prompt + generated) is the chip's work rate, the planner's input; effective tok/s
+  (all prompt + generated) the finished work;
+- the bottleneck (metrics/bottleneck.py) and the planner's prediction from the calibration level;
 - prompt cache hit rate = sum of hit-token deltas / sum of query-token deltas over the level;
 - KV usage and waiting requests are the highest sampled values; preemptions the counter's rise.
 """
 
 from __future__ import annotations
 
-import itertools
-import statistics
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from sparkops.errors import UserError
+from sparkops.metrics.bottleneck import name_bottleneck
 from sparkops.metrics.timeline import (
-    counter_increase,
+    Window,
     counter_total,
     gauge_max,
     hit_rate,
-    series_by_backend,
+    steady_token_rates,
     steady_window,
 )
+from sparkops.plan.throughput import predict_level
+
+# Level 1 runs one record at a time (the seed: ~4 records/min on a GB10, so a 500,000-record
+# input would take weeks): by default it gets the first records only, enough for a middle.
+LEVEL_ONE_RECORDS = 50
 
 
 def parse_levels(text: str) -> list[int]:
@@ -48,7 +54,7 @@ def parse_levels(text: str) -> list[int]:
 
 @dataclass(frozen=True)
 class LevelSummary:
-    """One row of the sweep table."""
+    """One row of the sweep table (names as in report.json: see metrics/timeline.TokenRates)."""
 
     concurrency: int
     records: int
@@ -57,53 +63,41 @@ class LevelSummary:
     elapsed_s: float | None
     records_per_min: float | None  # middle of the run
     records_per_min_whole: float | None
-    prompt_tok_s: float | None  # computed (uncached) prompt tokens/s, median at full load
+    computed_tok_s: float | None  # computed prompt + generated, over the steady window
+    effective_tok_s: float | None  # all prompt + generated
+    computed_prompt_tok_s: float | None  # prefix_cache_queries - prefix_cache_hits
     generation_tok_s: float | None
-    combined_tok_s: float | None
-    hit_rate: float | None
+    hit_rate: float | None  # the level's, as the seed quotes it
+    hit_rate_steady: float | None  # over the steady window: the planner's input
+    prompt_tokens_per_record: float | None  # all of a done record's calls
+    gen_tokens_per_record: float | None
     kv_usage_max: float | None
     waiting_max: float | None
     preemptions: float | None
+    bottleneck: str = "unknown"
+    bottleneck_sentence: str = ""
+    predicted_records_per_min: float | None = None  # from the calibration level
+    predicted_from: int | None = None
+    predicted_note: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def interval_rates(
-    samples: Sequence[dict[str, Any]], start: float, end: float
-) -> list[dict[str, float]]:
-    """Per-interval token rates summed over backends, for intervals inside [start, end].
-
-    Backends are sampled in the same clock tick, so intervals are keyed by their end time.
-    Each dict has `prompt`, `computed_prompt`, `generation` (tokens/s).
-    """
-    per_tick: dict[float, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    spans: dict[float, float] = {}
-    for points in series_by_backend(samples).values():
-        for prev, cur in itertools.pairwise(points):
-            if prev["t"] < start or cur["t"] > end or cur["t"] <= prev["t"]:
-                continue
-            tick = per_tick[cur["t"]]
-            for name in ("prompt_tokens", "prefix_cache_hits", "generation_tokens"):
-                if name in prev["v"] and name in cur["v"]:
-                    tick[name] += counter_increase([prev["v"][name], cur["v"][name]])
-            spans[cur["t"]] = cur["t"] - prev["t"]
-    rates = []
-    for t, tick in sorted(per_tick.items()):
-        span = spans[t]
-        computed = max(0.0, tick["prompt_tokens"] - tick["prefix_cache_hits"])
-        rates.append(
-            {
-                "prompt": tick["prompt_tokens"] / span,
-                "computed_prompt": computed / span,
-                "generation": tick["generation_tokens"] / span,
-            }
-        )
-    return rates
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+def per_record_tokens(results: Sequence[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """Mean prompt and generated tokens over done records, all of each record's calls."""
+    prompt = gen = 0.0
+    n = 0
+    for r in results:
+        if r.get("status") != "done":
+            continue
+        steps = [s for s in r.get("steps") or [] if isinstance(s, dict)]
+        if not steps:
+            continue
+        n += 1
+        prompt += sum(s.get("prompt_tokens") or 0 for s in steps)
+        gen += sum(s.get("completion_tokens") or 0 for s in steps)
+    return (prompt / n, gen / n) if n else (None, None)
 
 
 def summarise_level(
@@ -120,19 +114,14 @@ def summarise_level(
     elapsed = finish[-1] - begin if finish and begin is not None else None
     whole = len(finish) / elapsed * 60.0 if elapsed else None
 
-    window = steady_window(finish)
-    start: float | None = None
-    end: float | None = None
-    if window is not None and window.end > window.start:
-        start, end = window.start, window.end
-    elif finish and begin is not None:  # too few records for a middle: use the whole run
-        start, end = begin, finish[-1]
-    rates = interval_rates(samples, start, end) if start is not None and end is not None else []
-    if not rates and finish and begin is not None:  # run shorter than one sampling interval
-        rates = interval_rates(samples, begin, max(sample_times + finish))
-    prompt = _median([r["computed_prompt"] for r in rates])
-    gen = _median([r["generation"] for r in rates])
-    combined = _median([r["computed_prompt"] + r["generation"] for r in rates])
+    middle = steady_window(finish)
+    window = middle
+    if (window is None or window.end <= window.start) and finish and begin is not None:
+        window = Window(begin, finish[-1], len(finish))  # too few records for a middle
+    rates = steady_token_rates(samples, [window])
+    steady_hits = hit_rate(samples, window.start, window.end) if window is not None else None
+    neck = name_bottleneck(samples, concurrency, window, records=len(results))
+    prompt_per, gen_per = per_record_tokens(results)
 
     return LevelSummary(
         concurrency=concurrency,
@@ -140,16 +129,51 @@ def summarise_level(
         done=done,
         errors=errors,
         elapsed_s=elapsed,
-        records_per_min=window.per_min if window is not None else whole,
+        records_per_min=middle.per_min if middle is not None else whole,
         records_per_min_whole=whole,
-        prompt_tok_s=prompt,
-        generation_tok_s=gen,
-        combined_tok_s=combined,
+        computed_tok_s=rates.computed_tok_s,
+        effective_tok_s=rates.effective_tok_s,
+        computed_prompt_tok_s=rates.computed_prompt_tok_s,
+        generation_tok_s=rates.generation_tok_s,
         hit_rate=hit_rate(samples),
+        hit_rate_steady=steady_hits,
+        prompt_tokens_per_record=prompt_per,
+        gen_tokens_per_record=gen_per,
         kv_usage_max=gauge_max(samples, "kv_cache_usage"),
         waiting_max=gauge_max(samples, "waiting"),
         preemptions=counter_total(samples, "preemptions") if samples else None,
+        bottleneck=neck.kind,
+        bottleneck_sentence=neck.sentence,
     )
+
+
+def with_predictions(levels: Sequence[LevelSummary]) -> list[LevelSummary]:
+    """Each level's records/min as the planner predicts it from the calibration level (the
+    highest level with a computed rate): that level's computed tok/s, this level's hit rate
+    and tokens per record. Where the bottlenecks differ the planner says it cannot."""
+    rated = [lv for lv in levels if lv.computed_tok_s and lv.records_per_min]
+    if not rated:
+        return list(levels)
+    cal = max(rated, key=lambda lv: lv.concurrency)
+    out = []
+    for lv in levels:
+        guess = predict_level(
+            computed_tok_s=cal.computed_tok_s or 0.0,
+            calibrated_bottleneck=cal.bottleneck,
+            bottleneck=lv.bottleneck,
+            prompt_tokens=lv.prompt_tokens_per_record,
+            gen_tokens=lv.gen_tokens_per_record,
+            hit_rate=lv.hit_rate_steady,
+        )
+        out.append(
+            replace(
+                lv,
+                predicted_records_per_min=guess.records_per_min,
+                predicted_from=cal.concurrency,
+                predicted_note=guess.reason,
+            )
+        )
+    return out
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -157,24 +181,55 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 TABLE_HEADER = (
-    "| Concurrency | Records/min (middle) | Prompt tok/s | Generation tok/s | Combined tok/s "
-    "| Prompt cache hits | KV usage (max) | Waiting (max) | Preemptions | Done / errors |\n"
-    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    "| Concurrency | Records/min (middle) | Computed tok/s | Computed prompt tok/s "
+    "| Generation tok/s | Effective tok/s | Prompt cache hits | KV usage (max) | Waiting (max) "
+    "| Preemptions | Bottleneck | Done / errors |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n"
 )
 
 
 def table_markdown(levels: Sequence[LevelSummary]) -> str:
-    """The seed's concurrency table."""
+    """The seed's concurrency table, with the bottleneck of each level."""
     rows = []
     for lv in levels:
         rows.append(
             f"| {lv.concurrency} | {_fmt(lv.records_per_min, ',.1f')} "
-            f"| {_fmt(lv.prompt_tok_s, ',.0f')} | {_fmt(lv.generation_tok_s, ',.0f')} "
-            f"| {_fmt(lv.combined_tok_s, ',.0f')} | {_fmt(lv.hit_rate, '.1%')} "
+            f"| {_fmt(lv.computed_tok_s, ',.0f')} | {_fmt(lv.computed_prompt_tok_s, ',.0f')} "
+            f"| {_fmt(lv.generation_tok_s, ',.0f')} | {_fmt(lv.effective_tok_s, ',.0f')} "
+            f"| {_fmt(lv.hit_rate, '.1%')} "
             f"| {_fmt(lv.kv_usage_max, '.0%')} | {_fmt(lv.waiting_max, ',.0f')} "
-            f"| {_fmt(lv.preemptions, ',.0f')} | {lv.done} / {lv.errors} |\n"
+            f"| {_fmt(lv.preemptions, ',.0f')} | {lv.bottleneck} | {lv.done} / {lv.errors} |\n"
         )
     return TABLE_HEADER + "".join(rows)
+
+
+def prediction_markdown(levels: Sequence[LevelSummary]) -> str:
+    """Predicted vs measured records/min per level: the planner checked against the sweep."""
+    cal = next((lv.predicted_from for lv in levels if lv.predicted_from is not None), None)
+    if cal is None:
+        return ""
+    lines = [
+        f"Planner check: `sparkops plan throughput` calibrated on level {cal} (its computed "
+        "tok/s), each level's own hit rate and tokens per record:\n",
+        "| Concurrency | Bottleneck | Measured records/min | Predicted | Error |",
+        "|---:|---|---:|---:|---|",
+    ]
+    for lv in levels:
+        if lv.predicted_records_per_min is None:
+            predicted, error = "cannot", lv.predicted_note or "n/a"
+        else:
+            predicted = f"{lv.predicted_records_per_min:,.1f}"
+            error = (
+                f"{lv.predicted_records_per_min / lv.records_per_min - 1:+.1%}"
+                if lv.records_per_min
+                else "n/a"
+            )
+        lines.append(
+            f"| {lv.concurrency} | {lv.bottleneck} | {_fmt(lv.records_per_min, ',.1f')} "
+            f"| {predicted} | {error} |"
+        )
+    lines += ["", *(f"- {lv.concurrency}: {lv.bottleneck_sentence}" for lv in levels), ""]
+    return "\n".join(lines)
 
 
 def speedup(levels: Sequence[LevelSummary]) -> float | None:
@@ -206,11 +261,13 @@ def report_markdown(
         "",
         table_markdown(levels),
         "Records/min is measured over the middle of each run (completions between the 10% and "
-        "90% quantiles). Token rates are medians over the /metrics sampling intervals in that "
-        "window; prompt tok/s counts prompt tokens computed (not served from the prefix cache), "
-        "so combined tok/s is the work rate to give `sparkops plan throughput "
-        "--computed-tok-s`. Hit rate is prefix-cache hit tokens over query tokens for the "
-        "level. KV usage and waiting are the highest sampled values.\n",
+        "90% quantiles). Token rates are vLLM's counters over that same window: computed prompt "
+        "tok/s is prefix-cache queries minus hits (prompt tokens not served from the cache), "
+        "computed tok/s adds the generated tokens (the chip's work rate, what `sparkops plan "
+        "throughput --from-sweep` calibrates on), effective tok/s counts every prompt token. "
+        "Hit rate is prefix-cache hit tokens over query tokens for the level. KV usage and "
+        "waiting are the highest sampled values.\n",
+        prediction_markdown(levels),
     ]
     gain = speedup(levels)
     if gain is not None:

@@ -23,6 +23,7 @@ COUNTERS = (
     "preemptions",
 )
 GAUGES = ("kv_cache_usage", "running", "waiting")
+TOKEN_COUNTERS = ("prefix_cache_queries", "prefix_cache_hits", "prompt_tokens", "generation_tokens")
 
 
 def counter_increase(values: Sequence[float]) -> float:
@@ -116,20 +117,6 @@ def combined_per_min(windows: Iterable[Window | None]) -> float | None:
     return count / span * 60.0 if span > 0 else None
 
 
-def rate_per_s(
-    samples: Sequence[dict[str, Any]], name: str, windows: Iterable[Window | None]
-) -> float | None:
-    """Counter increase per second within the given windows (e.g. prompt tokens/s, steady)."""
-    total = 0.0
-    span = 0.0
-    for w in windows:
-        if w is None or w.end <= w.start:
-            continue
-        total += counter_total(samples, name, w.start, w.end)
-        span += w.end - w.start
-    return total / span if span > 0 else None
-
-
 def completion_rate_series(
     finish_times: Sequence[float], start: float, bucket: float
 ) -> tuple[list[float], list[float]]:
@@ -191,3 +178,98 @@ class LiveHitRate:
     @property
     def rate(self) -> float | None:
         return self.hits / self.queries if self.queries > 0 else None
+
+
+@dataclass(frozen=True)
+class TokenRates:
+    """The kit's one vocabulary for token rates, each integrated over the steady window(s).
+
+    - computed_prompt_tok_s: prompt tokens the server had to compute, i.e. vLLM's
+      `prefix_cache_queries - prefix_cache_hits`. vLLM counts that pair together, when a
+      request is scheduled; `prompt_tokens` is counted at another moment, so per sampling
+      interval `prompt_tokens - hits` swings widely (0 to 92k tok/s on the H200) and only the
+      queries/hits pair is read for computed tokens.
+    - prompt_tok_s: every prompt token, cached or not (`prompt_tokens`).
+    - generation_tok_s: tokens generated.
+    - computed_tok_s = computed prompt + generated: the chip's work rate, the planner's input.
+    - effective_tok_s = all prompt + generated: the finished work.
+    """
+
+    computed_prompt_tok_s: float | None
+    prompt_tok_s: float | None
+    generation_tok_s: float | None
+
+    @property
+    def computed_tok_s(self) -> float | None:
+        return _add(self.computed_prompt_tok_s, self.generation_tok_s)
+
+    @property
+    def effective_tok_s(self) -> float | None:
+        return _add(self.prompt_tok_s, self.generation_tok_s)
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {
+            "computed_tok_s": self.computed_tok_s,
+            "effective_tok_s": self.effective_tok_s,
+            "computed_prompt_tok_s": self.computed_prompt_tok_s,
+            "prompt_tok_s": self.prompt_tok_s,
+            "generation_tok_s": self.generation_tok_s,
+        }
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
+
+
+def _in_window(series: list[dict[str, Any]], w: Window) -> list[dict[str, Any]]:
+    """A backend's samples inside [w.start, w.end]; when fewer than two fall inside (a window
+    shorter than the sampling interval), the two samples that bracket it instead."""
+    inside = [s for s in series if w.start <= s["t"] <= w.end]
+    if len(inside) >= 2:
+        return inside
+    before = [s for s in series if s["t"] <= w.start][-1:]
+    after = [s for s in series if s["t"] >= w.end][:1]
+    return before + after if before and after else inside
+
+
+def steady_token_rates(
+    samples: Sequence[dict[str, Any]], windows: Iterable[Window | None]
+) -> TokenRates:
+    """Token rates over the windows: each backend's counter increase between its first and
+    last sample in a window, over that same span; backends add up (they run side by side),
+    windows (one per run) are pooled by time."""
+    totals: dict[str, float] = defaultdict(float)
+    seen: set[str] = set()
+    span = 0.0
+    backends = series_by_backend(samples)
+    for w in windows:
+        if w is None:
+            continue
+        rates: dict[str, float] = defaultdict(float)
+        w_span = 0.0
+        for series in backends.values():
+            points = _in_window(series, w)
+            if len(points) < 2 or points[-1]["t"] <= points[0]["t"]:
+                continue
+            t = points[-1]["t"] - points[0]["t"]
+            w_span = max(w_span, t)
+            for name in TOKEN_COUNTERS:
+                vals = [p["v"][name] for p in points if name in p["v"]]
+                if len(vals) >= 2:
+                    seen.add(name)
+                    rates[name] += counter_increase(vals) / t
+        if w_span > 0:
+            span += w_span
+            for name, value in rates.items():
+                totals[name] += value * w_span
+
+    def pooled(name: str) -> float | None:
+        return totals[name] / span if span > 0 and name in seen else None
+
+    queries, hits = pooled("prefix_cache_queries"), pooled("prefix_cache_hits")
+    computed = None if queries is None or hits is None else max(0.0, queries - hits)
+    return TokenRates(
+        computed_prompt_tok_s=computed,
+        prompt_tok_s=pooled("prompt_tokens"),
+        generation_tok_s=pooled("generation_tokens"),
+    )

@@ -148,3 +148,39 @@ def plan_throughput(
         ceiling_records_per_min=computed_tok_s * 60.0 / gen_tokens,
         table=tuple(rows),
     )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Records/min predicted for a level or job, or why the planner cannot say."""
+
+    records_per_min: float | None
+    reason: str | None
+
+
+def predict_level(
+    *,
+    computed_tok_s: float,
+    calibrated_bottleneck: str,
+    bottleneck: str | None,
+    prompt_tokens: float | None,
+    gen_tokens: float | None,
+    hit_rate: float | None,
+) -> Prediction:
+    """Steady records/min at another level or job from a calibration's computed tok/s.
+
+    The computed rate is a property of what bound the calibration run: it carries over only
+    to a run with the same bottleneck (engine to engine). A front-end-bound run is limited by
+    calls/s in the API server, not the GPU's computed rate, so the planner refuses rather than
+    predict (on the H200 the one-step job was front-end bound at ~230-275 calls/s while the
+    3-step job was not).
+    """
+    if bottleneck is not None and bottleneck != calibrated_bottleneck:
+        return Prediction(
+            None,
+            f"the calibration run was bound by the {calibrated_bottleneck}, this one by the "
+            f"{bottleneck}: its computed tok/s does not carry over",
+        )
+    if prompt_tokens is None or not gen_tokens or hit_rate is None:
+        return Prediction(None, "no tokens per record or hit rate measured for this run")
+    return Prediction(records_per_min(computed_tok_s, prompt_tokens, gen_tokens, hit_rate), None)

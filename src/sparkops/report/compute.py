@@ -24,13 +24,15 @@ from sparkops.batch.journal import (
     read_json_file,
 )
 from sparkops.batch.serving import SERVING
+from sparkops.metrics.bottleneck import Bottleneck, name_bottleneck
 from sparkops.metrics.timeline import (
+    TokenRates,
     Window,
     combined_per_min,
     counter_total,
     gauge_max,
     hit_rate,
-    rate_per_s,
+    steady_token_rates,
     steady_window,
 )
 from sparkops.pipeline.check import ceiling
@@ -184,8 +186,8 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         steady_reason = "too few records finished in any run to measure a steady state"
     # token rates and hit rate over the steady windows when there are any, else everything
     use = [w for w in windows if w is not None] or None
-    prompt_tps = rate_per_s(samples, "prompt_tokens", use) if use else None
-    gen_tps = rate_per_s(samples, "generation_tokens", use) if use else None
+    rates = steady_token_rates(samples, use) if use else TokenRates(None, None, None)
+    neck = job_bottleneck(samples, windows, data.get("concurrency", {}), data["records"])
     # the job's ceiling from the same per-step sums (each already min(reusable, prompt))
     per_step = data["per_step"].values()
     probed = [(t.reusable_tokens, t.prompt_tokens) for t in per_step if t.ceiling_known]
@@ -203,8 +205,9 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         "records_per_min": _r(finished / span * 60 if span > 0 and data["done"] else None),
         "records_per_min_steady": _r(steady),
         "records_per_min_steady_reason": steady_reason if steady is None else None,
-        "prompt_tokens_per_s": _r(prompt_tps),
-        "generation_tokens_per_s": _r(gen_tps),
+        **{name: _r(value) for name, value in rates.as_dict().items()},
+        "bottleneck": neck.kind if neck else None,
+        "bottleneck_sentence": neck.sentence if neck else None,
         "prefix_cache_hit_rate": _r(job_hit, 4),
         "prefix_cache_hit_rate_ceiling": _r(ceil, 4),
         "prefix_cache_hit_rate_note": hit_rate_note(_r(job_hit, 4), _r(ceil, 4)),
@@ -230,6 +233,20 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
             data.get("serving_lines", []), data.get("serving_epochs", {})
         ),
     }
+
+
+def job_bottleneck(
+    samples: list[dict[str, Any]],
+    windows: list[Window | None],
+    concurrency: dict[Any, int],
+    records: int,
+) -> Bottleneck | None:
+    """What bound the job, over its longest steady window at that run's concurrency."""
+    timed = [w for w in windows if w is not None and w.end > w.start]
+    if not samples or not concurrency:
+        return None
+    window = max(timed, key=lambda w: w.end - w.start) if timed else None
+    return name_bottleneck(samples, max(concurrency.values()), window, records=records)
 
 
 def steady_windows(

@@ -20,8 +20,11 @@ ROWS = [
     ("calls_per_record", "Calls per record", "{:.2f}"),
     ("records_per_min", "Records/min (whole run)", "{:,.1f}"),
     ("records_per_min_steady", "Records/min (steady, middle of run)", "{:,.1f}"),
-    ("prompt_tokens_per_s", "Prompt tokens/s (steady)", "{:,.0f}"),
-    ("generation_tokens_per_s", "Generation tokens/s (steady)", "{:,.0f}"),
+    ("computed_tok_s", "Computed tok/s (steady: computed prompt + generated)", "{:,.0f}"),
+    ("computed_prompt_tok_s", "Computed prompt tok/s (steady, not from the cache)", "{:,.0f}"),
+    ("generation_tok_s", "Generation tok/s (steady)", "{:,.0f}"),
+    ("effective_tok_s", "Effective tok/s (steady: all prompt + generated)", "{:,.0f}"),
+    ("bottleneck", "Bottleneck", "{}"),
     ("prefix_cache_hit_rate", "Prefix cache hit rate", "{:.1%}"),
     ("prefix_cache_hit_rate_ceiling", "Hit-rate ceiling (whole shared blocks)", "{:.1%}"),
     ("record_latency_p50_s", "Record latency p50 (s)", "{:,.1f}"),
@@ -65,6 +68,8 @@ def _notes(report: dict[str, Any]) -> list[str]:
         )
     elif reason := report.get("records_per_min_steady_reason"):
         notes.append(f"Steady records/min: not measured: {reason}.")
+    if report.get("bottleneck_sentence"):
+        notes.append(f"Bottleneck: {report['bottleneck_sentence']}.")
     if report.get("prefix_cache_hit_rate_note"):
         notes.append(report["prefix_cache_hit_rate_note"])
     notes += [stall.sentence(row) for row in report.get("stalled_endpoints") or []]

@@ -1,0 +1,190 @@
+"""Name what bound a run, from what the client already samples (timeline.jsonl).
+
+Each timeline line holds one backend's gauges (`running`, `waiting`, `kv_cache_usage`), its
+`preemptions` counter, and the client's own `in_flight` and, when recorded, `cpu_s` (the
+client process's CPU seconds). Per sampling tick the backends are added up; the medians over
+the steady window decide, in this order:
+
+- client: the client process used most of a core (`cpu_s` rising >= 0.85 s/s; the batch
+  client is one asyncio loop, one core), or it kept fewer calls in flight than its
+  concurrency (< 80%);
+- KV cache: any preemption in the window, or KV usage above ~70% (where the seed lost one to
+  two points of hit rate to evicted shared blocks);
+- front end: calls in flight ~ concurrency, but the engines run less than half of them and
+  nothing waits: the calls are in the API server (HTTP, tokenising, detokenising), not the
+  engine, so `--api-server-count` is the lever;
+- engine: the engines hold the calls (running + waiting ~ in flight). With requests waiting the
+  scheduler is full; without, the GPU may still be saturated (the decode ceiling, `sparkops plan
+  decode`, says where more concurrency stops buying speed).
+
+A throughput calibrated at one level carries over to another only when both name the same
+bottleneck (bench/sweep.py, plan/throughput.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from sparkops.metrics.timeline import Window, counter_increase, series_by_backend
+
+Kind = Literal["client", "kv-cache", "front-end", "engine", "unknown"]
+
+CLIENT_CPU_BUSY = 0.85  # CPU seconds per second of the client's one event loop
+IN_FLIGHT_SHORT = 0.8  # in flight below this share of --concurrency: the client fell behind
+KV_BUSY = 0.70  # the seed: above ~70% full the prefix cache evicts shared blocks
+ENGINE_HOLDS = 0.5  # running + waiting below this share of in flight: calls sit in the front end
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """What bound a run, the evidence, and one sentence a user reads."""
+
+    kind: Kind
+    sentence: str
+    in_flight: float | None
+    running: float | None
+    waiting: float | None
+    kv_usage_max: float | None
+    preemptions: float | None
+    client_cpu: float | None  # CPU seconds per second
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _ticks(samples: Sequence[dict[str, Any]], window: Window | None) -> list[dict[str, float]]:
+    """Backends added up per (run, time) tick, inside the window when it holds any."""
+    per: dict[tuple[Any, float], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for s in samples:
+        v = s.get("v")
+        if not v or not isinstance(s.get("t"), (int, float)):
+            continue
+        tick = per[(s.get("run"), s["t"])]
+        tick["t"] = s["t"]
+        tick["running"] += v.get("running", 0.0)
+        tick["waiting"] += v.get("waiting", 0.0)
+        tick["kv"] = max(tick["kv"], v.get("kv_cache_usage", 0.0))
+        if isinstance(s.get("in_flight"), (int, float)):
+            tick["in_flight"] = s["in_flight"]
+    ticks = sorted(per.values(), key=lambda t: t["t"])
+    if window is not None:
+        inside = [t for t in ticks if window.start <= t["t"] <= window.end]
+        if inside:
+            return inside
+    return ticks
+
+
+def _client_cpu(samples: Sequence[dict[str, Any]], window: Window | None) -> float | None:
+    """The client's CPU seconds per wall second over the window (one series per run)."""
+    runs: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+    for s in samples:
+        t, cpu_s = s.get("t"), s.get("cpu_s")
+        if not isinstance(t, (int, float)) or not isinstance(cpu_s, (int, float)):
+            continue
+        if window is None or window.start <= t <= window.end:
+            runs[s.get("run")].append((t, cpu_s))
+    cpu = wall = 0.0
+    for points in runs.values():
+        points = sorted(set(points))
+        for (t0, c0), (t1, c1) in itertools.pairwise(points):
+            if t1 > t0 and c1 >= c0:
+                cpu += c1 - c0
+                wall += t1 - t0
+    return cpu / wall if wall > 0 else None
+
+
+def _preemptions(samples: Sequence[dict[str, Any]], window: Window | None) -> float | None:
+    total = 0.0
+    found = False
+    for series in series_by_backend(samples).values():
+        vals = [
+            s["v"]["preemptions"]
+            for s in series
+            if "preemptions" in s["v"] and (window is None or window.start <= s["t"] <= window.end)
+        ]
+        if vals:
+            found = True
+            total += counter_increase(vals)
+    return total if found else None
+
+
+def _median(ticks: list[dict[str, float]], key: str) -> float | None:
+    vals = [t[key] for t in ticks if key in t]
+    return statistics.median(vals) if vals else None
+
+
+def name_bottleneck(
+    samples: Sequence[dict[str, Any]],
+    concurrency: int,
+    window: Window | None = None,
+    records: int | None = None,
+) -> Bottleneck:
+    """The bottleneck of one run (or sweep level) at `concurrency` over its steady window.
+
+    `records`: how many the run had, when fewer than `concurrency` (all in flight at once)."""
+    if records is not None:
+        concurrency = max(1, min(concurrency, records))
+    ticks = _ticks(samples, window)
+    in_flight = _median(ticks, "in_flight")
+    running = _median(ticks, "running") if ticks else None
+    waiting = _median(ticks, "waiting") if ticks else None
+    kv = max((t["kv"] for t in ticks), default=None) if ticks else None
+    preempted = _preemptions(samples, window)
+    cpu = _client_cpu(samples, window)
+    evidence = {
+        "in_flight": in_flight,
+        "running": running,
+        "waiting": waiting,
+        "kv_usage_max": kv,
+        "preemptions": preempted,
+        "client_cpu": cpu,
+    }
+
+    def verdict(kind: Kind, sentence: str) -> Bottleneck:
+        return Bottleneck(kind=kind, sentence=sentence, **evidence)
+
+    if running is None:
+        return verdict("unknown", "no /metrics samples in the steady window: nothing to name")
+    held = in_flight if in_flight is not None else float(concurrency)
+    if cpu is not None and cpu >= CLIENT_CPU_BUSY:
+        return verdict(
+            "client",
+            f"the client: its process used {cpu:.2f} CPU s/s (one event loop, one core); run "
+            "it on a quieter machine or split the input over two clients",
+        )
+    if in_flight is not None and in_flight < IN_FLIGHT_SHORT * concurrency:
+        return verdict(
+            "client",
+            f"the client: it kept {in_flight:,.0f} calls in flight of --concurrency "
+            f"{concurrency:,} (records or retries did not arrive fast enough)",
+        )
+    if (preempted or 0) > 0 or (kv or 0) > KV_BUSY:
+        return verdict(
+            "kv-cache",
+            f"the KV cache: {kv or 0:.0%} full at most, {preempted or 0:,.0f} preemptions; "
+            "above ~70% shared prefix blocks are evicted: lower --concurrency or give vLLM a "
+            "bigger --kv-cache-memory-bytes",
+        )
+    if (
+        held >= IN_FLIGHT_SHORT * concurrency
+        and running + (waiting or 0.0) < ENGINE_HOLDS * held
+        and not waiting
+    ):
+        return verdict(
+            "front-end",
+            f"the server's front end: {held:,.0f} calls in flight but the engine ran "
+            f"{running:,.0f} and none waited, so calls queue in the API server (HTTP, "
+            "tokenising); raise vLLM's --api-server-count (one process per core it may use)",
+        )
+    queued = f", {waiting:,.0f} waiting" if waiting else ", none waiting"
+    return verdict(
+        "engine",
+        f"the engine: it ran {running:,.0f} of {held:,.0f} calls in flight{queued}; the "
+        "GPU's computed tok/s is the limit (`sparkops plan decode` shows whether more "
+        "concurrency still buys decode speed)",
+    )
