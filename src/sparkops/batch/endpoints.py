@@ -19,21 +19,7 @@ from dataclasses import dataclass, field
 
 from sparkops.batch.options import SAMPLE_INTERVAL_S
 from sparkops.batch.stall import Change, EndpointWatch, StallWatch
-from sparkops.errors import UserError
-
-
-def normalise_base(url: str) -> str:
-    """`http://h:8000/v1/` and `http://h:8000` both mean base `http://h:8000`.
-
-    A URL without http:// or https:// (`localhost:8000`) is refused with the fix: sent as
-    is, it fails as "cannot connect", which sends the user to start a server that is up.
-    """
-    url = url.strip().rstrip("/")
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
-        fix = f"http://{url}" if not sep and url else "http://HOST:8000"
-        raise UserError(f"--endpoint {url!r} is not an http:// or https:// URL; write it as {fix}")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
+from sparkops.openai_http import normalise_base
 
 
 @dataclass

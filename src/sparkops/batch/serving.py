@@ -35,7 +35,8 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from sparkops import __version__
-from sparkops.batch import serving_record, vllm_api
+from sparkops import openai_http
+from sparkops.batch import serving_record
 from sparkops.batch.durable import append_json, iter_json_lines
 from sparkops.batch.jobdir import SERVING
 from sparkops.batch.serving_record import Change, Identity
@@ -61,22 +62,22 @@ async def probe(
     a 5xx, an answer of the wrong shape): the caller keeps the last one, never guesses."""
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
-            status, text = await vllm_api.get_raw(session, base + "/version", headers)
+            status, text = await openai_http.get_raw(session, base + "/version", headers)
             version = _json_or_none(text) if status == 200 else None
-            status, text = await vllm_api.get_raw(session, base + "/v1/models", headers)
+            status, text = await openai_http.get_raw(session, base + "/v1/models", headers)
             if status != 200:
-                raise vllm_api.NoAnswer(f"/v1/models HTTP {status}")
+                raise openai_http.NoAnswer(f"/v1/models HTTP {status}")
             models = _json_or_none(text)
             if metrics_text is None:
-                status, text = await vllm_api.get_raw(session, metrics_url, headers)
+                status, text = await openai_http.get_raw(session, metrics_url, headers)
                 metrics_text = text if status == 200 else None
     except TimeoutError:
-        raise vllm_api.NoAnswer(f"no answer within {PROBE_TIMEOUT_S:g} s") from None
+        raise openai_http.NoAnswer(f"no answer within {PROBE_TIMEOUT_S:g} s") from None
     try:
         cache = serving_record.cache_config(metrics_text) if metrics_text else None
         return serving_record.build_identity(version, models, cache)
     except ValueError as err:
-        raise vllm_api.NoAnswer(str(err)) from None
+        raise openai_http.NoAnswer(str(err)) from None
 
 
 def _json_or_none(text: str) -> Any:

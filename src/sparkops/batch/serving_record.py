@@ -15,7 +15,7 @@ An identity is a flat `{field: text}` mapping (diffable, printable, stable on di
                   num_gpu_blocks, prefix_caching_hash_algo, ... whatever the version exposes)
 
 Nothing here reads a record: the serving record holds server facts, never patient data.
-The I/O edges are `batch.vllm_api` (the requests) and `batch.serving` (the job's file).
+The I/O edges are `sparkops.openai_http` (the requests) and `batch.serving` (the job's file).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from typing import Any
 
 import aiohttp
 
-from sparkops.batch import vllm_api
-from sparkops.batch.endpoints import normalise_base
+from sparkops import openai_http
 from sparkops.errors import UserError
+from sparkops.openai_http import normalise_base
 from sparkops.pipeline.check import analyse_step, probe_records
 from sparkops.pipeline.prompt import build_messages
 from sparkops.pipeline.spec import load_pipeline
@@ -42,12 +42,12 @@ async def check_pipeline(
     base = normalise_base(endpoint)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         if block_size is None:
-            text = await vllm_api.get_text(session, base + "/metrics", {})
+            text = await openai_http.get_text(session, base + "/metrics", {})
             if text is None:
                 raise UserError(
                     f"cannot read {base}/metrics; start the server or pass --block-size N"
                 )
-            block_size = vllm_api.block_size(text)
+            block_size = openai_http.block_size(text)
             if block_size is None:
                 raise UserError(
                     f"{base}/metrics has no vllm:cache_config_info block_size; pass --block-size N"
@@ -56,7 +56,7 @@ async def check_pipeline(
         try:
             for step in spec.steps:
                 toks = [
-                    await vllm_api.tokenize(session, base, spec.model, build_messages(step, r), {})
+                    await openai_http.tokenize(session, base, spec.model, build_messages(step, r), {})
                     for r in probe_records(step)
                 ]
                 steps.append(analyse_step(step, toks[0], toks[1], toks[2], block_size=block_size))
@@ -68,7 +68,7 @@ async def check_pipeline(
             raise UserError(
                 f"{base}/tokenize did not answer within 60 s; check the server's log"
             ) from None
-        except vllm_api.AnswerError as err:
+        except openai_http.AnswerError as err:
             raise UserError(f"{base}: {err}; point --endpoint at a vLLM server") from None
     warnings = [w for s in steps for w in s.warnings]
     return {

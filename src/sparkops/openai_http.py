@@ -1,7 +1,9 @@
-"""What the client asks a vLLM server besides completions: /metrics, /tokenize, /v1/models
-and /version.
+"""What the kit asks a vLLM (or any OpenAI-compatible) server besides completions: /metrics,
+/tokenize, /v1/models and /version, and how an endpoint URL is spelt.
 
-Thin I/O edge; the parsing of the Prometheus text is `sparkops.metrics.scrape`'s job.
+Thin I/O edge below both `batch` (the job client) and `pipeline` (`pipeline check`), so
+neither borrows the other's HTTP code; the parsing of the Prometheus text is
+`sparkops.metrics.scrape`'s job.
 """
 
 from __future__ import annotations
@@ -11,8 +13,23 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkops.errors import UserError
 from sparkops.metrics.scrape import parse_metrics
 from sparkops.metrics.timeline import COUNTERS, GAUGES
+
+
+def normalise_base(url: str) -> str:
+    """`http://h:8000/v1/` and `http://h:8000` both mean base `http://h:8000`.
+
+    A URL without http:// or https:// (`localhost:8000`) is refused with the fix: sent as
+    is, it fails as "cannot connect", which sends the user to start a server that is up.
+    """
+    url = url.strip().rstrip("/")
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+        fix = f"http://{url}" if not sep and url else "http://HOST:8000"
+        raise UserError(f"--endpoint {url!r} is not an http:// or https:// URL; write it as {fix}")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def metric_values(text: str) -> dict[str, float]:
