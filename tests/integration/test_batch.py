@@ -98,9 +98,11 @@ def test_report_has_the_seed_figures(sample_job):
     report = json.loads((out / "report.json").read_text())
     assert report["records"] == 300 and report["done"] == 300 and report["errors"] == 0
     assert 1.0 <= report["calls_per_record"] <= 3.0
-    for key in ("records_per_min", "records_per_min_steady", "prompt_tokens_per_s",
-                "generation_tokens_per_s"):  # fmt: skip
+    for key in ("records_per_min", "records_per_min_steady", "computed_tok_s",
+                "effective_tok_s", "computed_prompt_tok_s", "generation_tok_s"):  # fmt: skip
         assert report[key] > 0, key
+    assert report["effective_tok_s"] >= report["computed_tok_s"]
+    assert report["bottleneck"] in ("engine", "kv-cache", "front-end", "client")
     assert 0 <= report["kv_cache_usage_max"] <= 1 and report["preemptions"] >= 0
     assert report["block_size"] > 0
     assert (out / "throughput.png").stat().st_size > 1000
