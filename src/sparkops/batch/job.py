@@ -21,7 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from sparkops.batch import openai_batch, serving, serving_record, stall, vllm_api
+from sparkops import openai_http
+from sparkops.batch import openai_batch, serving, serving_record, stall
 from sparkops.batch.endpoints import Endpoint, EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
 from sparkops.batch.journal import (
@@ -342,13 +343,13 @@ async def _preflight(
     base = pool.endpoints[0].base
     try:
         async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
-            names = await vllm_api.served_models(side, base, headers)
+            names = await openai_http.served_models(side, base, headers)
     except TimeoutError:
         raise UserError(
             f"{base}/v1/models did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s; check that "
             "the server is not hung (its log, /health) and that --endpoint is right"
         ) from None
-    except vllm_api.AnswerError as err:
+    except openai_http.AnswerError as err:
         raise UserError(
             f"{base} does not answer like vLLM or LiteLLM: {err}; fix --endpoint"
         ) from None
@@ -369,12 +370,12 @@ async def _preflight(
     steps: dict[str, Any] = {}
     try:
         async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
-            text = await vllm_api.get_text(side, pool.endpoints[0].metrics_url, headers)
-            bs = vllm_api.block_size(text) if text else None
+            text = await openai_http.get_text(side, pool.endpoints[0].metrics_url, headers)
+            bs = openai_http.block_size(text) if text else None
             for step in spec.steps:
                 a, b, fixed = probe_records(step)
                 toks = [
-                    await vllm_api.tokenize(
+                    await openai_http.tokenize(
                         side, base, spec.model, build_messages(step, r), headers
                     )
                     for r in (a, b, fixed)
@@ -388,7 +389,7 @@ async def _preflight(
                 }
     except TimeoutError:
         note = f"{base}/tokenize did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s"
-    except vllm_api.AnswerError as err:
+    except openai_http.AnswerError as err:
         note = f"{base}{err}"
     except (aiohttp.ClientError, OSError, ValueError) as err:
         note = f"{base}/tokenize failed ({type(err).__name__})"
@@ -422,7 +423,7 @@ async def _record_serving(
         for ep in pool.endpoints:
             try:
                 found[ep.base] = await serving.probe(side, ep.base, ep.metrics_url, headers)
-            except vllm_api.NoAnswer as err:
+            except openai_http.NoAnswer as err:
                 found[ep.base], problems[ep.base] = None, str(err)
         if cfg.strict_serving and (off := log.off_baseline(found)):
             base, changes = next(iter(off.items()))
@@ -462,7 +463,7 @@ class _Drift:
     ) -> None:
         try:
             ident = await serving.probe(side, ep.base, ep.metrics_url, headers, metrics_text)
-        except vllm_api.NoAnswer:
+        except openai_http.NoAnswer:
             return  # down or slow this time: the next sample (or its recovery) checks again
         done = self.journal.done_ok + self.journal.done_err
         changes = self.log.observe(self.run, ep.base, ident, done)
@@ -490,7 +491,7 @@ async def _sample_once(
     endpoint's identity is checked against the serving record (drift)."""
     now = time.time()
     for ep in pool.endpoints:
-        text = await vllm_api.get_text(side, ep.metrics_url, headers)
+        text = await openai_http.get_text(side, ep.metrics_url, headers)
         values = _values(text)
         append_json(
             cfg.out / TIMELINE,
@@ -516,7 +517,7 @@ def _values(text: str | None) -> dict[str, float]:
     if not text:
         return {}
     try:
-        return vllm_api.metric_values(text)
+        return openai_http.metric_values(text)
     except ValueError:
         return {}
 
