@@ -50,6 +50,69 @@ def test_throughput_table(capsys):
     assert "52.0%" in out and "53.0%" not in out
 
 
+def sweep_file(tmp_path, low_bottleneck="engine"):
+    """A sweep.json as bench sweep writes it (only the fields the planner reads)."""
+    rows = [
+        {
+            "concurrency": 240,
+            "records_per_min": 110.0,
+            "computed_tok_s": 1200.0,
+            "prompt_tokens_per_record": 3600.0,
+            "gen_tokens_per_record": 300.0,
+            "hit_rate_steady": 0.89,
+            "hit_rate": 0.885,
+            "bottleneck": low_bottleneck,
+        },
+        {
+            "concurrency": 960,
+            "records_per_min": 149.0,
+            "computed_tok_s": 1300.0,
+            "prompt_tokens_per_record": 3600.0,
+            "gen_tokens_per_record": 300.0,
+            "hit_rate_steady": 0.94,
+            "bottleneck": "engine",
+        },
+    ]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"cold": True, "levels": rows}))
+    return path
+
+
+def test_throughput_from_a_sweep_level_checks_itself(tmp_path, capsys):
+    sweep = sweep_file(tmp_path)
+    assert run(["plan", "throughput", "--from-sweep", str(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # level 960: 1,300 x 60 / (3,600 x 0.06 + 300)
+    assert out["records_per_min"] == pytest.approx(78_000 / 516)
+    assert out["check"]["measured_records_per_min"] == 149.0
+    assert out["check"]["error"] == pytest.approx(78_000 / 516 / 149 - 1)
+    argv = ["plan", "throughput", "--from-sweep", str(sweep), "--level", "960"]
+    assert run([*argv, "--for-level", "240"]) == 0
+    text = capsys.readouterr().out
+    assert "calibrated on sweep level 960 (bound by the engine)" in text
+    assert "predicted 112.1 records/min for sweep level 240, measured 110.0 (+1.9%)" in text
+
+
+def test_throughput_refuses_across_bottlenecks(tmp_path):
+    sweep = sweep_file(tmp_path, low_bottleneck="front-end")
+    argv = ["plan", "throughput", "--from-sweep", str(sweep), "--for-level", "240"]
+    with pytest.raises(UserError, match="cannot predict sweep level 240 from sweep level 960"):
+        run(argv)
+
+
+def test_throughput_from_sweep_usage_errors(tmp_path):
+    sweep = sweep_file(tmp_path)
+    with pytest.raises(UserError, match="has no level 7: its levels are 240, 960"):
+        run(["plan", "throughput", "--from-sweep", str(sweep), "--level", "7"])
+    with pytest.raises(UserError, match="add --from-sweep"):
+        run(["plan", "throughput", "--for-level", "240", "--computed-tok-s", "9"])
+    with pytest.raises(UserError, match="--prompt-tokens is needed"):
+        run(["plan", "throughput", "--computed-tok-s", "9"])
+    (tmp_path / "bad.json").write_text("[1]")
+    with pytest.raises(UserError, match="bad.json"):
+        run(["plan", "throughput", "--from-sweep", str(tmp_path / "bad.json")])
+
+
 def test_memory_from_model_folder(tmp_path, capsys):
     config = {
         "num_hidden_layers": 32,

@@ -20,9 +20,10 @@ from rich.table import Table
 
 from sparkops.errors import UserError
 from sparkops.inputs import read_json
+from sparkops.plan import calibrate
 from sparkops.plan.guard import GuardSettings, Verdict, check_launch, host_facts, settings_of
 from sparkops.plan.memory import GB, GIB, MemoryPlan, plan_memory
-from sparkops.plan.throughput import ThroughputPlan, plan_throughput
+from sparkops.plan.throughput import ThroughputPlan, plan_throughput, predict_level
 
 # A DGX Spark gives vLLM 0.88 x 128 GB for weights plus KV cache (second seed).
 DEFAULT_MEMORY_GB = 0.88 * 128
@@ -41,27 +42,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tp.add_argument(
         "--computed-tok-s",
         type=float,
-        required=True,
-        help="tokens/s the server "
-        "computes at full load (prompt + generation, not counting cache hits)",
+        help="tokens/s the server computes at full load (computed prompt + generated, not "
+        "counting cache hits); or calibrate with --from-sweep / --from-report",
     )
     tp.add_argument(
-        "--prompt-tokens",
-        type=float,
-        required=True,
-        help="prompt tokens per record (all of its calls)",
+        "--prompt-tokens", type=float, help="prompt tokens per record (all of its calls)"
     )
     tp.add_argument(
-        "--gen-tokens",
-        type=float,
-        required=True,
-        help="generated tokens per record (all of its calls)",
+        "--gen-tokens", type=float, help="generated tokens per record (all of its calls)"
     )
     tp.add_argument(
-        "--hit-rate",
-        type=parse_hit_rate,
-        required=True,
-        help="prefix-cache hit rate: 0.887, 88.7 or 88.7%%",
+        "--hit-rate", type=parse_hit_rate, help="prefix-cache hit rate: 0.887, 88.7 or 88.7%%"
+    )
+    calibrate = tp.add_mutually_exclusive_group()
+    calibrate.add_argument(
+        "--from-sweep",
+        type=Path,
+        metavar="SWEEP",
+        help="calibrate on a sweep level (sweep.json or its folder): its computed tok/s, "
+        "and its tokens per record and hit rate unless given",
+    )
+    calibrate.add_argument(
+        "--from-report", type=Path, metavar="REPORT", help="calibrate on a job's report.json"
+    )
+    tp.add_argument(
+        "--level", type=int, help="the --from-sweep level to calibrate on (default: highest)"
+    )
+    target = tp.add_mutually_exclusive_group()
+    target.add_argument(
+        "--for-level",
+        type=int,
+        metavar="N",
+        help="predict another level of the same sweep and check against its measurement",
+    )
+    target.add_argument(
+        "--for-report",
+        type=Path,
+        metavar="REPORT",
+        help="predict a measured job (its report.json) and check against its records/min",
     )
     tp.add_argument("--records", type=int, help="job size, for hours_for_records")
     tp.add_argument("--points", type=int, default=10, help="hit-rate points to tabulate")
@@ -175,15 +193,85 @@ def weights_gb_beside(folder: Path) -> float:
 
 
 def run_throughput(args: argparse.Namespace) -> int:
+    calibration = target = None
+    if args.from_sweep is not None:
+        calibration = calibrate.from_sweep(args.from_sweep, args.level)
+    elif args.from_report is not None:
+        calibration = calibrate.from_report(args.from_report)
+    elif args.level is not None or args.for_level is not None:
+        raise UserError("--level and --for-level read a sweep: add --from-sweep SWEEP")
+    if args.for_level is not None:
+        if args.from_sweep is None:
+            raise UserError("--for-level reads a sweep: add --from-sweep SWEEP")
+        target = calibrate.from_sweep(args.from_sweep, args.for_level)
+    elif args.for_report is not None:
+        target = calibrate.from_report(args.for_report)
+    shape = target or calibration
+
+    def pick(given: float | None, measured: float | None, flag: str) -> float:
+        value = given if given is not None else measured
+        if value is None:
+            raise UserError(f"{flag} is needed (no measured run gives it)")
+        return value
+
+    computed = pick(
+        args.computed_tok_s, calibration.computed_tok_s if calibration else None, "--computed-tok-s"
+    )
+    if calibration and target and target.bottleneck != calibration.bottleneck:
+        prediction = predict_level(
+            computed_tok_s=computed,
+            calibrated_bottleneck=calibration.bottleneck or "unknown",
+            bottleneck=target.bottleneck,
+            prompt_tokens=target.prompt_tokens,
+            gen_tokens=target.gen_tokens,
+            hit_rate=target.hit_rate,
+        )
+        raise UserError(
+            f"cannot predict {target.label} from {calibration.label}: {prediction.reason}; "
+            "calibrate on a run with the same bottleneck"
+        )
     plan = plan_throughput(
-        computed_tok_s=args.computed_tok_s,
-        prompt_tokens=args.prompt_tokens,
-        gen_tokens=args.gen_tokens,
-        hit_rate=args.hit_rate,
+        computed_tok_s=computed,
+        prompt_tokens=pick(
+            args.prompt_tokens, shape.prompt_tokens if shape else None, "--prompt-tokens"
+        ),
+        gen_tokens=pick(args.gen_tokens, shape.gen_tokens if shape else None, "--gen-tokens"),
+        hit_rate=pick(args.hit_rate, shape.hit_rate if shape else None, "--hit-rate"),
         records=args.records,
         table_points=args.points,
     )
-    return _show(plan, print_throughput, as_json=args.json)
+    check = check_against(plan, calibration, target or calibration)
+    if args.json:
+        print(json.dumps({**plan.as_dict(), "check": check}, indent=2))
+        return 0
+    console = Console()
+    print_throughput(plan, console)
+    if check:
+        console.print(check["sentence"], soft_wrap=True, markup=False, highlight=False)
+    return 0
+
+
+def check_against(
+    plan: ThroughputPlan, calibration: calibrate.Measured | None, target: calibrate.Measured | None
+) -> dict[str, Any] | None:
+    """The prediction against the measured records/min of the run it describes."""
+    if calibration is None or target is None or not target.records_per_min:
+        return None
+    error = plan.records_per_min / target.records_per_min - 1
+    return {
+        "calibration": calibration.label,
+        "calibration_bottleneck": calibration.bottleneck,
+        "target": target.label,
+        "target_bottleneck": target.bottleneck,
+        "measured_records_per_min": target.records_per_min,
+        "predicted_records_per_min": plan.records_per_min,
+        "error": error,
+        "sentence": (
+            f"Check: calibrated on {calibration.label} (bound by the {calibration.bottleneck}), "
+            f"predicted {plan.records_per_min:,.1f} records/min for {target.label}, measured "
+            f"{target.records_per_min:,.1f} ({error:+.1%})."
+        ),
+    }
 
 
 def run_memory(args: argparse.Namespace) -> int:
