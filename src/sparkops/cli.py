@@ -21,6 +21,7 @@ from typing import TextIO
 
 from sparkops import __version__
 from sparkops.errors import Interrupted, JobStopped, UserError
+from sparkops.privacy import redact
 
 # One line per command family; each module defines register(subparsers).
 COMMAND_MODULES = [
@@ -131,13 +132,13 @@ def _run(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as err:
-        print(f"sparkops: error: {err}", file=sys.stderr)
+        print(f"sparkops: error: {redact(str(err))}", file=sys.stderr)
         return 2
     except Interrupted as err:
-        print(f"sparkops: {err}", file=sys.stderr)
+        print(f"sparkops: {redact(str(err))}", file=sys.stderr)
         return err.exit_status
     except JobStopped as err:
-        print(f"sparkops: error: {err}", file=sys.stderr)
+        print(f"sparkops: error: {redact(str(err))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("sparkops: interrupted", file=sys.stderr)

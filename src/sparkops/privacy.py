@@ -43,3 +43,27 @@ SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNO
 def is_secret_name(name: str) -> bool:
     """True when `name` says it holds a secret (token, key, password, credential...)."""
     return SECRET_NAME.search(name) is not None
+
+
+# A URL's user information (`scheme://user:password@`): a password or a token some
+# deployments put in the endpoint URL. The kit uses it for its requests and never shows it.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#'\"]*@")
+# A query parameter whose name says it holds a secret (`?api_key=...`, `&token=...`).
+_SECRET_QUERY = re.compile(
+    r"(?i)([?&][a-z0-9_.-]*(?:token|key|secret|password|passwd|credential)[a-z0-9_.-]*=)"
+    r"[^&#\s'\"]*"
+)
+REDACTED = "***"
+
+
+def redact(text: str) -> str:
+    """`text` (a URL, or a message, a line or a file quoting URLs) with every URL's
+    credentials replaced by ***: `http://user:pass@host/v1` -> `http://***@host/v1`,
+    `?api_key=abc` -> `?api_key=***`. The one redaction every file the kit writes about an
+    endpoint and every message it prints goes through; cheap when there is nothing to hide."""
+    if "://" not in text:
+        return text
+    text = _USERINFO.sub(rf"\1{REDACTED}@", text)
+    if "=" in text:
+        text = _SECRET_QUERY.sub(rf"\1{REDACTED}", text)
+    return text

@@ -52,3 +52,30 @@ def test_no_module_spells_a_telemetry_switch_of_its_own():
         and any(key in path.read_text() for key in (*TELEMETRY_OFF, "HF_HUB_OFFLINE"))
     ]
     assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("http://alice:s3cr3t@127.0.0.1:8000/v1", "http://***@127.0.0.1:8000/v1"),
+        ("https://token@host.example/v1", "https://***@host.example/v1"),
+        ("http://h:1/v1?api_key=abc&model=m", "http://h:1/v1?api_key=***&model=m"),
+        ("http://h:1/v1?x=1&access_token=t0k", "http://h:1/v1?x=1&access_token=***"),
+        (
+            "cannot reach http://u:p%40ss@h:1/v1/models (ClientConnectorError)",
+            "cannot reach http://***@h:1/v1/models (ClientConnectorError)",
+        ),
+        ('{"endpoint":"http://u:pw@h:1","v":{}}', '{"endpoint":"http://***@h:1","v":{}}'),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+        ("write to a@b.example, no URL", "write to a@b.example, no URL"),
+        ("http://h/v1/x@y (an @ in the path is not user information)", None),
+    ],
+)
+def test_redact_hides_every_credential_of_a_url(given, shown):
+    assert privacy.redact(given) == (given if shown is None else shown)
+
+
+def test_redact_is_idempotent():
+    once = privacy.redact("http://a:b@h:1 and http://c@h:2?token=x")
+    assert once == "http://***@h:1 and http://***@h:2?token=***"
+    assert privacy.redact(once) == once

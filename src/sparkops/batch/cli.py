@@ -14,6 +14,7 @@ from sparkops.batch.options import add_job_options, job_config, job_settings
 from sparkops.batch.status import job_status
 from sparkops.errors import JobStopped, UserError
 from sparkops.files import open_private
+from sparkops.privacy import redact
 
 CRASH_LOG = "crash.log"
 EXIT_STATUSES = """\
@@ -66,7 +67,7 @@ def _crash_line(out: Path, err: Exception) -> str:
         fd = open_private(out / CRASH_LOG, os.O_WRONLY | os.O_APPEND)
         with os.fdopen(fd, "a", encoding="utf-8") as fh:
             fh.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
-            fh.write("".join(traceback.format_exception(err)))
+            fh.write(redact("".join(traceback.format_exception(err))))
         where = f"traceback in {out / CRASH_LOG}"
     except OSError:
         pass

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from sparkops.batch.options import SAMPLE_INTERVAL_S
 from sparkops.batch.stall import Change, EndpointWatch, StallWatch
 from sparkops.openai_http import normalise_base
+from sparkops.privacy import redact
 
 
 @dataclass
@@ -36,6 +37,11 @@ class Endpoint:
     @property
     def stalled(self) -> bool:
         return self.watch is not None and self.watch.stalled
+
+    @property
+    def name(self) -> str:
+        """The endpoint as every file and message shows it: credentials redacted."""
+        return redact(self.base)
 
     @property
     def chat_url(self) -> str:
@@ -69,7 +75,7 @@ class EndpointPool:
         if stall_after != 0:
             pool.stalls = StallWatch(stall_after, sample_interval)
             for ep in pool.endpoints:
-                ep.watch = pool.stalls.add(ep.base)
+                ep.watch = pool.stalls.add(ep.name)
         return pool
 
     def pick(self, now: float | None = None) -> Endpoint:
@@ -130,7 +136,7 @@ class EndpointPool:
             return []
         now = time.monotonic() if now is None else now
         changes = self.stalls.check(now)
-        by_base = {e.base: e for e in self.endpoints}
+        by_base = {e.name: e for e in self.endpoints}
         for change in changes:
             ep = by_base[change.endpoint]
             if change.kind in ("stalled", "probe-failed"):
@@ -156,4 +162,4 @@ class EndpointPool:
         return self.stalls is not None and self.stalls.all_stalled()
 
     def stalled_names(self) -> list[str]:
-        return [e.base for e in self.endpoints if e.stalled]
+        return [e.name for e in self.endpoints if e.stalled]

@@ -50,6 +50,7 @@ from sparkops.metrics.timeline import LiveHitRate
 from sparkops.pipeline.check import analyse_step, probe_records
 from sparkops.pipeline.prompt import build_messages
 from sparkops.pipeline.spec import PipelineSpec, load_pipeline
+from sparkops.privacy import redact
 
 PREFIX = "prefix.json"
 # The preflight's own requests are bounded: /v1/models must answer within this, and the
@@ -396,7 +397,7 @@ async def _preflight(
     else:
         return default_model, {"block_size": bs, "steps": steps}
     print(
-        f"sparkops: warning: {note}; the job runs, but its report has no hit-rate ceiling",
+        f"sparkops: warning: {redact(note)}; the job runs, but its report has no hit-rate ceiling",
         file=sys.stderr,
     )
     return default_model, {"block_size": bs, "steps": {}, "note": note}
@@ -422,9 +423,9 @@ async def _record_serving(
         problems: dict[str, str] = {}
         for ep in pool.endpoints:
             try:
-                found[ep.base] = await serving.probe(side, ep.base, ep.metrics_url, headers)
+                found[ep.name] = await serving.probe(side, ep.base, ep.metrics_url, headers)
             except openai_http.NoAnswer as err:
-                found[ep.base], problems[ep.base] = None, str(err)
+                found[ep.name], problems[ep.name] = None, redact(str(err))
         if cfg.strict_serving and (off := log.off_baseline(found)):
             base, changes = next(iter(off.items()))
             raise JobStopped(serving.strict_message(base, changes, during=False))
@@ -466,14 +467,14 @@ class _Drift:
         except openai_http.NoAnswer:
             return  # down or slow this time: the next sample (or its recovery) checks again
         done = self.journal.done_ok + self.journal.done_err
-        changes = self.log.observe(self.run, ep.base, ident, done)
+        changes = self.log.observe(self.run, ep.name, ident, done)
         if not changes:
             return
         self.engine.serving = self.log.epoch
-        self.view.say(serving.change_sentence(ep.base, changes, self.log.epoch))
+        self.view.say(serving.change_sentence(ep.name, changes, self.log.epoch))
         if self.strict:
             self.engine.stop(
-                Stop("serving-changed", serving.strict_message(ep.base, changes, during=True))
+                Stop("serving-changed", serving.strict_message(ep.name, changes, during=True))
             )
 
 
@@ -498,7 +499,7 @@ async def _sample_once(
             {
                 "t": now,
                 "run": run,
-                "endpoint": ep.base,
+                "endpoint": ep.name,
                 "v": values,
                 "done": stats.done + stats.errors,
                 "in_flight": stats.in_flight,

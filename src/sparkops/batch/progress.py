@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.engine import Stats
 from sparkops.batch.stall import Change
+from sparkops.privacy import redact
 
 
 class ProgressView:
@@ -90,6 +91,7 @@ class ProgressView:
         """One line above the bar (or, with the bar off, a warning on stderr): for events a
         user must see even without the live display, such as a change of what serves the job.
         """
+        text = redact(text)  # it may name an endpoint
         if self._progress.disable:
             self.console.print(
                 f"sparkops: warning: {text}", soft_wrap=True, highlight=False, markup=False
