@@ -6,12 +6,14 @@ import json
 import os
 import re
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sparkops import local_stack
 from sparkops.batch import serving, serving_record
 from sparkops.batch.engine import Stats
 from sparkops.batch.progress import ProgressView
@@ -20,6 +22,7 @@ from sparkops.compare import serving as compare_serving
 from sparkops.errors import UserError
 from sparkops.local import state as local_state
 from sparkops.local.server import Server
+from sparkops.procs import proc_start_ticks
 from sparkops.render import render_inventory
 from sparkops.report import serving as report_serving
 from tests.plugins.inventories import make_inventory
@@ -283,8 +286,40 @@ def test_compare_pairs_endpoints_by_position_and_reads_stack_and_gpu(tmp_path):
 
 def test_no_local_stack_without_a_live_local_server_on_record(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARKOPS_CACHE", str(tmp_path))
-    assert serving.local_stack(["http://127.0.0.1:8000"]) is None  # nothing on record
+    assert local_stack.find(["http://127.0.0.1:8000"]) is None  # nothing on record
     # on record, but that pid is not (or no longer) the server: start time and argv differ
     gone = Server(pid=os.getpid(), port=8000, start_ticks=1, started_at=0.0, log_path="x")
     local_state.save([gone])
-    assert serving.local_stack(["http://127.0.0.1:8000/v1"]) is None
+    assert local_stack.find(["http://127.0.0.1:8000/v1"]) is None
+
+
+def test_local_up_writes_the_stack_record_a_job_reads_while_that_server_runs(tmp_path):
+    """`local up` saves its servers (local.state); the job reads sparkops.local_stack's record
+    (no import of `local`), believed only while that pid runs that command line."""
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", "stand-in-server"]
+    proc = subprocess.Popen(argv)
+    try:
+        ticks = proc_start_ticks(proc.pid)
+        assert ticks is not None
+        server = Server(pid=proc.pid, port=8123, start_ticks=ticks, started_at=5.0, log_path="x")
+        local_state.save([server], cache=tmp_path)
+        record = json.loads((tmp_path / "local" / "stack-record.json").read_text())
+        assert record["servers"][0]["command"] == argv
+        assert stat.S_IMODE((tmp_path / "local" / "stack-record.json").stat().st_mode) == 0o600
+        found = local_stack.find(["http://127.0.0.1:8123/v1"], cache=tmp_path)
+        assert found == {
+            "local": True,
+            "endpoint": "http://127.0.0.1:8123",
+            "model": server.model,
+            "started_at": 5.0,
+            "command": argv,
+        }
+        assert local_stack.find(["http://127.0.0.1:9999/v1"], cache=tmp_path) is None
+    finally:
+        proc.kill()
+        proc.wait()
+    assert local_stack.find(["http://127.0.0.1:8123/v1"], cache=tmp_path) is None  # gone
+    (tmp_path / "local" / "stack-record.json").write_text("{not json")
+    assert local_stack.find(["http://127.0.0.1:8123/v1"], cache=tmp_path) is None
+    local_state.save([], cache=tmp_path)
+    assert not (tmp_path / "local" / "stack-record.json").exists()

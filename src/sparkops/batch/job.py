@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from sparkops import openai_http
+from sparkops import local_stack, openai_http
 from sparkops.batch import openai_batch, serving, serving_record, stall
 from sparkops.batch.endpoints import Endpoint, EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
@@ -183,7 +183,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     if cfg.stack_record:
         stack = serving.read_stack_record(cfg.stack_record)
     else:
-        stack = serving.local_stack([normalise_base(u) for u in cfg.endpoints])
+        stack = local_stack.find([normalise_base(u) for u in cfg.endpoints])
     scan = scan_input(cfg.input, kind, cfg.id_field)
     if scan.duplicates:
         shown = ", ".join(f"{rid!r} (line {line})" for rid, line in scan.duplicates[:5])

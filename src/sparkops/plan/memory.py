@@ -30,13 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkops.errors import UserError
+from sparkops.units import EXPANDABLE_SEGMENTS_ABOVE_BYTES, GB, GIB, MIB
 
-GB = 1_000_000_000
-GIB = 1 << 30
-MIB = 1 << 20
-
-# The seed: "anything above about 54 GiB needs PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".
-EXPANDABLE_SEGMENTS_ABOVE_BYTES = 54 * GIB
 # The seed: running the cache above about 70% full cost one to two points of hit rate.
 KV_USAGE_WARN_FRACTION = 0.70
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkops.errors import UserError
-from sparkops.plan.memory import EXPANDABLE_SEGMENTS_ABOVE_BYTES as EXPANDABLE_LIMIT_BYTES
-from sparkops.plan.memory import GIB
 from sparkops.profiles.schema import Profile
+from sparkops.units import EXPANDABLE_SEGMENTS_ABOVE_BYTES as EXPANDABLE_LIMIT_BYTES
+from sparkops.units import GIB
 
 
 @dataclass(frozen=True)
