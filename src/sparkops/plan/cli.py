@@ -21,8 +21,11 @@ from rich.table import Table
 from sparkops.errors import UserError
 from sparkops.inputs import read_json
 from sparkops.plan import calibrate
+from sparkops.plan.decode import BANDWIDTH_GB_S, DecodeCeiling, decode_ceiling
 from sparkops.plan.guard import GuardSettings, Verdict, check_launch, host_facts, settings_of
-from sparkops.plan.memory import GB, GIB, MemoryPlan, plan_memory
+from sparkops.plan.memory import GB, GIB, MemoryPlan, dtype_bytes, plan_memory
+from sparkops.plan.prefix import SharedPrefixPlan, plan_shared_prefix
+from sparkops.plan.shapes import ModelShape, profile_shape, shape_from_config
 from sparkops.plan.throughput import ThroughputPlan, plan_throughput, predict_level
 
 # A DGX Spark gives vLLM 0.88 x 128 GB for weights plus KV cache (second seed).
@@ -90,18 +93,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "memory",
         help="KV cache: tokens and sequences that fit, and the vLLM flags to use",
     )
-    mem.add_argument(
-        "--config",
-        type=Path,
-        required=True,
-        help="Hugging Face config.json (or the model folder holding it)",
-    )
+    add_model_source(mem)
     mem.add_argument(
         "--weights-gb",
         type=float,
         help="weights in GB (default: the size of the weight files beside config.json)",
     )
-    mem.add_argument("--kv-dtype", default="fp8", choices=["fp8", "bf16", "fp16"])
+    mem.add_argument(
+        "--kv-dtype", choices=["fp8", "bf16", "fp16"], help="default: the profile's, else fp8"
+    )
     mem.add_argument(
         "--memory-gb",
         type=float,
@@ -110,9 +110,74 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     mem.add_argument("--seqs", type=int, default=32, help="concurrent sequences")
     mem.add_argument("--context", type=int, default=8192, help="tokens per sequence")
+    shared = mem.add_argument_group(
+        "shared prefixes",
+        "count each shared opening's blocks once and only the rest per sequence "
+        "(the default with --profile)",
+    )
+    shared.add_argument("--prompt-tokens", type=int, help="prompt tokens per call")
+    shared.add_argument(
+        "--shared",
+        type=parse_hit_rate,
+        default=0.0,
+        help="share of each prompt that is a shared opening: 0.9, 90 or 90%% (default 0)",
+    )
+    shared.add_argument(
+        "--output-tokens", type=int, default=0, help="tokens written per call (default 0)"
+    )
+    shared.add_argument(
+        "--prefixes", type=int, default=1, help="different shared openings (pipeline steps)"
+    )
+    shared.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        help="KV cache size (default: the profile's --kv-cache-memory-bytes, "
+        "else memory - weights)",
+    )
     mem.add_argument("--json", action="store_true", help="print JSON instead of a table")
     mem.set_defaults(func=run_memory)
+
+    dec = sub.add_parser(
+        "decode",
+        help="the decode ceiling: generated tok/s against concurrency when bandwidth binds",
+        description="Each decode step reads the weights once and every running sequence's KV "
+        "cache; past the knee more concurrency buys little decode speed (plan/decode.py).",
+    )
+    add_model_source(dec)
+    dec.add_argument("--weights-gb", type=float, help="weight bytes read per step, decimal GB")
+    dec.add_argument(
+        "--kv-dtype", choices=["fp8", "bf16", "fp16"], help="default: the profile's, else fp8"
+    )
+    dec.add_argument(
+        "--context",
+        type=int,
+        required=True,
+        help="mean context of a call in flight: its prompt plus half its answer",
+    )
+    dec.add_argument(
+        "--machine",
+        choices=sorted(BANDWIDTH_GB_S),
+        default="gb10",
+        help="memory bandwidth by machine (gb10 273 GB/s, h200 4,800 GB/s)",
+    )
+    dec.add_argument("--bandwidth-gb-s", type=float, help="memory bandwidth (overrides --machine)")
+    dec.add_argument(
+        "--levels", default="1,8,32,64,128,240,480,960", help="concurrencies to tabulate"
+    )
+    dec.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    dec.set_defaults(func=run_decode)
     register_guard(sub)
+
+
+def add_model_source(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--config", type=Path, help="Hugging Face config.json (or the model folder holding it)"
+    )
+    source.add_argument(
+        "--profile",
+        help="a kit profile: its model's shipped shape (plan/shapes.yaml), KV dtype and size",
+    )
 
 
 def register_guard(sub: argparse._SubParsersAction) -> None:
@@ -275,17 +340,69 @@ def check_against(
 
 
 def run_memory(args: argparse.Namespace) -> int:
-    config, folder = load_config(args.config)
-    weights = args.weights_gb if args.weights_gb is not None else weights_gb_beside(folder)
-    plan = plan_memory(
-        config,
-        kv_dtype=args.kv_dtype,
-        memory_gb=args.memory_gb,
-        weights_gb=weights,
+    if args.profile is None and args.prompt_tokens is None:
+        config, folder = load_config(args.config)
+        weights = args.weights_gb if args.weights_gb is not None else weights_gb_beside(folder)
+        plan = plan_memory(
+            config,
+            kv_dtype=args.kv_dtype or "fp8",
+            memory_gb=args.memory_gb,
+            weights_gb=weights,
+            seqs=args.seqs,
+            context=args.context,
+        )
+        return _show(plan, print_memory, as_json=args.json)
+    shape, kv_dtype, kv_bytes = model_source(args)
+    if args.kv_cache_gib is not None:
+        kv_bytes = int(args.kv_cache_gib * GIB)
+    if kv_bytes is None:
+        weights = shape.weights_gb or 0.0
+        kv_bytes = int((args.memory_gb - weights) * GB)
+    shared = plan_shared_prefix(
+        shape,
+        width=dtype_bytes(kv_dtype),
+        kv_cache_bytes=kv_bytes,
         seqs=args.seqs,
-        context=args.context,
+        prompt_tokens=args.prompt_tokens or args.context,
+        shared_fraction=args.shared,
+        output_tokens=args.output_tokens,
+        prefixes=args.prefixes,
+        kv_dtype=kv_dtype,
     )
-    return _show(plan, print_memory, as_json=args.json)
+    return _show(shared, print_shared_prefix, as_json=args.json)
+
+
+def model_source(args: argparse.Namespace) -> tuple[ModelShape, str, int | None]:
+    """The shape, KV dtype and KV cache bytes from --profile or --config (+ --weights-gb)."""
+    if args.profile is not None:
+        shape, profile = profile_shape(args.profile)
+        dtype = profile.vllm.kv_cache_dtype
+        kv_dtype = args.kv_dtype or ("bf16" if dtype in (None, "auto", "bfloat16") else "fp8")
+        if args.weights_gb is not None:
+            shape = shape.model_copy(update={"weights_gb": args.weights_gb})
+        return shape, kv_dtype, profile.vllm.kv_cache_memory_bytes
+    config, folder = load_config(args.config)
+    weights = args.weights_gb
+    if weights is None:
+        try:
+            weights = weights_gb_beside(folder)
+        except UserError:
+            weights = None
+    return shape_from_config(config, weights), args.kv_dtype or "fp8", None
+
+
+def run_decode(args: argparse.Namespace) -> int:
+    from sparkops.bench.sweep import parse_levels
+
+    shape, kv_dtype, _ = model_source(args)
+    ceiling = decode_ceiling(
+        shape,
+        width=dtype_bytes(kv_dtype),
+        context=args.context,
+        bandwidth_gb_s=args.bandwidth_gb_s or BANDWIDTH_GB_S[args.machine],
+        levels=tuple(parse_levels(args.levels)),
+    )
+    return _show(ceiling, print_decode, as_json=args.json)
 
 
 def _show(plan: Any, table: Callable[[Any, Console], None], *, as_json: bool) -> int:
@@ -441,3 +558,58 @@ def print_memory(plan: MemoryPlan, console: Console) -> None:
     console.print(table)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def print_shared_prefix(plan: SharedPrefixPlan, console: Console) -> None:
+    table = Table(title="KV cache with shared prefixes", show_header=False)
+    table.add_row("KV bytes / token (every layer)", f"{plan.kv_bytes_per_token:,}")
+    table.add_row(
+        "shared, held once",
+        f"{plan.prefixes} x {plan.shared_tokens:,} tokens (whole {plan.block_size}-token "
+        f"blocks) = {plan.shared_bytes / GB:,.2f} GB",
+    )
+    table.add_row(
+        "own per sequence",
+        f"{plan.own_prompt_tokens:,} prompt + up to {plan.output_tokens:,} written tokens",
+    )
+    table.add_row(
+        "per sequence, typical / peak",
+        f"{plan.seq_bytes_typical / 1e6:,.1f} MB / {plan.seq_bytes_peak / 1e6:,.1f} MB",
+    )
+    table.add_row("KV cache", f"{plan.kv_cache_bytes / GIB:,.1f} GiB")
+    table.add_row(
+        f"KV usage at {plan.seqs:,} in flight",
+        f"typical {plan.usage_typical:.0%} (answers half written), peak {plan.usage_peak:.0%}",
+    )
+    table.add_row("sequences that fit at peak", f"{plan.seqs_that_fit_peak:,}")
+    console.print(table)
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def print_decode(ceiling: DecodeCeiling, console: Console) -> None:
+    table = Table(
+        title=f"Decode ceiling at {ceiling.bandwidth_gb_s:,.0f} GB/s, context "
+        f"{ceiling.context:,} tokens"
+    )
+    for column in ("in flight", "step (ms)", "decode tok/s", "of the asymptote"):
+        table.add_column(column, justify="right")
+    for p in ceiling.points:
+        table.add_row(
+            f"{p.concurrency:,}",
+            f"{p.step_ms:,.1f}",
+            f"{p.tok_s:,.0f}",
+            f"{p.share_of_asymptote:.0%}",
+        )
+    console.print(table)
+    console.print(
+        f"KV read per sequence and step {ceiling.kv_read_bytes_per_seq / 1e6:,.1f} MB, weights "
+        f"{ceiling.weight_bytes / 1e9:,.1f} GB: the asymptote is {ceiling.asymptote_tok_s:,.0f} "
+        f"tok/s; half of it at {ceiling.knee_concurrency:,.0f} in flight, 90% at "
+        f"{ceiling.near_asymptote_concurrency:,.0f}. Past that, more concurrency buys hit rate, "
+        "not decode speed. Assumed: memory-bound decode at the full bandwidth (measured points "
+        "sit below), prefill and compute left out.",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )

@@ -266,7 +266,10 @@ def plan_memory(
     if seqs_at_context < seqs:
         warnings.append(
             f"only {seqs_at_context} sequences of {context} tokens fit, not {seqs}: lower the "
-            "concurrency or --max-model-len, use an fp8 KV cache, or give vLLM more memory"
+            "concurrency or --max-model-len, "
+            + ("" if width == 1 else "use an fp8 KV cache, ")
+            + "or give vLLM more memory (shared prompts need less: plan memory --prompt-tokens "
+            "--shared)"
         )
     elif usage > KV_USAGE_WARN_FRACTION:
         warnings.append(
