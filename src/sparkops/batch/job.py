@@ -243,7 +243,14 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         engine.serving = served.epoch
         t0 = time.monotonic()
         live = LiveHitRate()
-        view = ProgressView(engine.stats, scan.total, already, enabled=cfg.progress, pool=pool)
+        view = ProgressView(
+            engine.stats,
+            scan.total,
+            already,
+            enabled=cfg.progress,
+            pool=pool,
+            status_interval=cfg.status_interval,
+        )
         drift = _Drift(served, engine, view, journal, run, cfg.strict_serving)
 
         def on_stall_change(change: Change) -> None:  # job log + progress line (batch/stall.py)
@@ -282,7 +289,6 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         raise JobStopped(f"stopped: {stop.message}")
     elapsed = time.monotonic() - t0
     st = engine.stats
-    finished = st.done + st.errors
     return JobSummary(
         out=cfg.out,
         total=scan.total,
@@ -292,7 +298,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         calls=st.calls,
         retries=st.retries,
         elapsed_s=elapsed,
-        records_per_min=finished / elapsed * 60 if elapsed > 0 and finished else None,
+        records_per_min=st.done / elapsed * 60 if elapsed > 0 and st.done else None,  # not errors
         hit_rate=st.hit_rate,
         resumed=resumed,
         job_done=journal.done_ok,

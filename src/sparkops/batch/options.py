@@ -59,6 +59,8 @@ def _flag(field: FieldInfo) -> Flag | None:
 
 # The one default the stall rule also reads (batch/stall.py: 4 sample intervals).
 SAMPLE_INTERVAL_S = 5.0
+# Off a terminal, seconds between two status lines (batch/progress.py reads it too).
+STATUS_INTERVAL_S = 30.0
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Interval = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -178,7 +180,7 @@ class JobConfig(EngineSettings):
             "lines on stderr (done, errors, in flight, records/min, hit rate, ETA)"
         ),
         Flag("--status-interval", metavar="S", unit="s"),
-    ] = 30.0
+    ] = STATUS_INTERVAL_S
     stall_after: Annotated[
         float | None,
         Field(

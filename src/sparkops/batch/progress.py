@@ -1,18 +1,29 @@
-"""Live progress (rich): done/total, records/min, hit rate, in flight, errors, ETA, and
-which endpoints are stalled (out of rotation, see batch/stall.py).
+"""What a person running a job sees: done/total, records/min, hit rate, in flight, errors,
+ETA, and which endpoints are stalled (out of rotation, see batch/stall.py).
 
-Counts, rates and endpoint URLs only; no record text, no ids, ever reaches the terminal.
+On a terminal this is a live rich bar. Off a terminal (a systemd unit, so journald and
+`journalctl -u sparkops-batch-NAME -f`; a pipe; a log file) a bar would print nothing
+until the end, so the same figures go to stderr as one plain status line every
+`status_interval` seconds (JobConfig's `--status-interval`, 30 s) and once at the end;
+stall and serving changes are plain lines too. Records/min counts records done, not
+errors (a job failing fast must not look fast); the ETA uses every finished record.
+
+Counts, rates and redacted endpoint URLs only; no record text, no ids, ever reaches the
+terminal or the journal.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from datetime import timedelta
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.engine import Stats
+from sparkops.batch.options import STATUS_INTERVAL_S
 from sparkops.batch.stall import Change
 from sparkops.privacy import redact
 
@@ -25,12 +36,18 @@ class ProgressView:
         already: int,
         enabled: bool = True,
         pool: EndpointPool | None = None,
+        status_interval: float = STATUS_INTERVAL_S,
     ) -> None:
         self.stats = stats
+        self.total = total
         self.already = already
         self.pool = pool
         self.console = Console(stderr=True)
+        # rich only on a terminal; elsewhere plain status lines (when progress is wanted)
+        self.lines = enabled and not self.console.is_terminal
+        self.status_interval = status_interval
         self._t0 = time.monotonic()
+        self._last_line = self._t0
         self.drift = ""  # set once an endpoint changed what it serves (say())
         self._progress = Progress(
             TextColumn("[bold]batch"),
@@ -45,7 +62,7 @@ class ProgressView:
             TimeRemainingColumn(),
             TextColumn("{task.fields[stalled]}", style="bold red"),
             console=self.console,
-            disable=not enabled,
+            disable=not enabled or self.lines,
             refresh_per_second=2,
         )
         self._task = self._progress.add_task(
@@ -66,12 +83,57 @@ class ProgressView:
     def __exit__(self, *exc: object) -> None:
         self.update()
         self._progress.stop()
+        if self.lines:
+            self._status_line()
 
     def update(self) -> None:
+        """Refresh the bar; off a terminal, print the status line when one is due."""
         s = self.stats
         finished = s.done + s.errors
+        rpm = self.records_per_min()
+        self._update_bar(s, finished, f"{rpm:,.0f}" if rpm is not None else "-")
+        if self.lines and time.monotonic() - self._last_line >= self.status_interval:
+            self._status_line()
+
+    def records_per_min(self) -> float | None:
+        """Records done (not errors) per minute of this run; None before there is a figure."""
         elapsed = time.monotonic() - self._t0
-        rpm = f"{finished / elapsed * 60:,.0f}" if elapsed > 1 and finished else "-"
+        return self.stats.done / elapsed * 60 if elapsed > 1 and self.stats.done else None
+
+    def eta_s(self) -> float | None:
+        """Seconds left at this run's pace of finished records (done or errors)."""
+        finished = self.stats.done + self.stats.errors
+        elapsed = time.monotonic() - self._t0
+        left = self.total - self.already - finished
+        if left <= 0:
+            return 0.0
+        return left / (finished / elapsed) if finished and elapsed > 0 else None
+
+    def status_text(self) -> str:
+        """The status line: counts and rates only (never record text or ids)."""
+        s = self.stats
+        rpm = self.records_per_min()
+        eta = self.eta_s()
+        stalled = stalled_text(self.pool.stalled_names()) if self.pool else ""
+        return "; ".join(
+            t
+            for t in (
+                f"sparkops: {self.already + s.done + s.errors:,}/{self.total:,} finished: "
+                f"{s.done:,} done, {s.errors:,} errors, {s.in_flight:,} in flight",
+                f"{rpm:,.0f} records/min" if rpm is not None else "- records/min",
+                f"prefix cache hit {s.hit_rate:.1%}" if s.hit_rate is not None else "hit -",
+                f"ETA {timedelta(seconds=round(eta))}" if eta is not None else "ETA -",
+                stalled,
+                self.drift,
+            )
+            if t
+        )
+
+    def _status_line(self) -> None:
+        self._last_line = time.monotonic()
+        print(self.status_text(), file=sys.stderr, flush=True)
+
+    def _update_bar(self, s: Stats, finished: int, rpm: str) -> None:
         hit = f"{s.hit_rate:.1%}" if s.hit_rate is not None else "-"
         self._progress.update(
             self._task,
@@ -93,9 +155,7 @@ class ProgressView:
         """
         text = redact(text)  # it may name an endpoint
         if self._progress.disable:
-            self.console.print(
-                f"sparkops: warning: {text}", soft_wrap=True, highlight=False, markup=False
-            )
+            print(f"sparkops: warning: {text}", file=sys.stderr, flush=True)
         else:
             self._progress.console.print(text, soft_wrap=True, highlight=False, markup=False)
         self.drift = "serving changed (serving.jsonl)"
@@ -104,7 +164,9 @@ class ProgressView:
     def note(self, change: Change) -> None:
         """One line above the bar when an endpoint stalls or rejoins (the bar keeps a
         "stalled" field while any is out); with the bar off, the job log has it."""
-        if not self._progress.disable:
+        if self.lines:
+            print(f"sparkops: {change_line(change)}", file=sys.stderr, flush=True)
+        elif not self._progress.disable:
             self._progress.console.print(change_line(change), highlight=False)
         self.update()
 
