@@ -148,7 +148,9 @@ def test_cpu_pipeline_parallel_with_enforce_eager_is_refused(tmp_path, flags):
 
 def _pp_argv(profile, stages: int = 2) -> list[str]:
     parallel = ["--pipeline-parallel-size", str(stages)] if stages > 1 else None
-    return serve_command(profile, model=profile.model, host="h", port=1, parallel=parallel)
+    return serve_command(
+        profile, model=profile.model, host="h", port=1, parallel=parallel, stages=stages
+    )
 
 
 def test_pipeline_parallel_leaves_async_scheduling_to_vllm(tmp_path):

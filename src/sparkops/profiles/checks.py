@@ -32,9 +32,10 @@ class DeployFacts:
     concurrency: int | None = None
     gpu_memory_gib: float | None = None
     hf_token: bool = False
-    # Pipeline stages the topology gives (2 on the pipeline-parallel pair), on top of any
-    # `--pipeline-parallel-size` among the profile's extra flags.
-    pipeline_parallel: int = 1
+    # Pipeline stages the stack runs, as the renderer decided them (render.stack: the
+    # topology's stages or the profile's own `--pipeline-parallel-size`); None: the
+    # profile's own flag alone (`pipeline_stages`).
+    pipeline_parallel: int | None = None
 
 
 def memory_need_bytes(profile: Profile, gpu_memory_gib: float) -> int:
@@ -53,6 +54,13 @@ def memory_need_bytes(profile: Profile, gpu_memory_gib: float) -> int:
 
 def _expandable(profile: Profile) -> bool:
     return "expandable_segments:True" in profile.env.get("PYTORCH_CUDA_ALLOC_CONF", "")
+
+
+def pipeline_stages(profile: Profile, topology_stages: int = 1) -> int:
+    """The pipeline stages a stack of this profile runs: the topology's, or more where the
+    profile's own extra flags ask for them. Decided once, by whoever plans the stack; every
+    later reader (the command line, the rules below) is handed the number."""
+    return max(topology_stages, pipeline_parallel_size(profile.vllm.extra_args))
 
 
 def pipeline_parallel_size(extra_args: list[str]) -> int:
@@ -76,7 +84,7 @@ def pins_v2_runner(profile: Profile) -> bool:
     return profile.env.get(V2_RUNNER_ENV, "").strip().lower() in ("1", "true")
 
 
-def async_scheduling_flag(profile: Profile, pipeline_parallel: int = 1) -> bool:
+def async_scheduling_flag(profile: Profile, pipeline_parallel: int | None = None) -> bool:
     """Whether the rendered command passes `--async-scheduling` (the kit's decision for PP).
 
     With pipeline parallelism the explicit flag is dropped and vLLM's own default decides
@@ -87,10 +95,13 @@ def async_scheduling_flag(profile: Profile, pipeline_parallel: int = 1) -> bool:
     every feature V2 lacks one: both trade a working pair for a few percent of overlap. A
     profile that pins V2 itself (env VLLM_USE_V2_MODEL_RUNNER: "1") keeps the flag: that is
     the user's explicit choice, and V2 runs PP with async scheduling.
+
+    `pipeline_parallel`: the stages the stack runs (`pipeline_stages`; None: the profile's
+    own).
     """
     if not profile.vllm.async_scheduling:
         return False
-    stages = max(pipeline_parallel, pipeline_parallel_size(profile.vllm.extra_args))
+    stages = pipeline_stages(profile) if pipeline_parallel is None else pipeline_parallel
     return stages <= 1 or pins_v2_runner(profile)
 
 
@@ -120,7 +131,7 @@ def profile_problems(profile: Profile, facts: DeployFacts) -> list[str]:
                 "vllm.kv_cache_memory_bytes, or raise the host's GPU memory (NVIDIA app on the "
                 "laptop) and its sparkops_gpu_memory_gib in the inventory"
             )
-    pp = max(pipeline_parallel_size(args.extra_args), facts.pipeline_parallel)
+    pp = pipeline_stages(profile) if facts.pipeline_parallel is None else facts.pipeline_parallel
     if pp > 1 and "--async-scheduling" in args.extra_args and not pins_v2_runner(profile):
         problems.append(
             f"pipeline parallel size {pp} with --async-scheduling in vllm.extra_args stops vLLM "

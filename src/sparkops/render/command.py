@@ -12,7 +12,6 @@ import json
 from collections.abc import Sequence
 
 from sparkops.profiles import Profile, VllmArgs, async_scheduling_flag
-from sparkops.profiles.checks import pipeline_parallel_size
 
 # How each platform's image starts vLLM. The CPU build's `vllm` console script looks up a
 # distribution called "vllm" and fails, so it runs the API server module directly.
@@ -38,11 +37,12 @@ CPU_HEADLESS_LAUNCHER = [
 ]
 
 
-def engine_flags(profile: Profile, *, pipeline_parallel: int = 1) -> list[str]:
+def engine_flags(profile: Profile, *, pipeline_parallel: int | None = None) -> list[str]:
     """The profile's engine settings as vLLM flags, in the seed's order.
 
-    `pipeline_parallel` is the stage count the topology adds: with more than one stage
-    `--async-scheduling` is left to vLLM (see `profiles.checks.async_scheduling_flag`).
+    `pipeline_parallel` is the stage count the stack runs (None: the profile's own): with
+    more than one stage `--async-scheduling` is left to vLLM (see
+    `profiles.checks.async_scheduling_flag`).
     """
     return vllm_flags(
         profile.served_model_name,
@@ -98,9 +98,12 @@ def serve_command(
     host: str,
     port: int,
     parallel: list[str] | None = None,
+    stages: int | None = None,
 ) -> list[str]:
-    """The full argv that starts the OpenAI-compatible server for this profile."""
-    stages = pipeline_parallel_size(parallel or [])
+    """The full argv that starts the OpenAI-compatible server for this profile: `parallel`
+    the multi-node flags (`ray_parallel_flags`, `native_parallel_flags`) of a stack of
+    `stages` pipeline stages (None: the profile's own), the number the flags were made from,
+    never read back out of them."""
     headless_cpu = profile.platform == "cpu" and "--headless" in (parallel or [])
     return [
         *(CPU_HEADLESS_LAUNCHER if headless_cpu else LAUNCHERS[profile.platform]),
@@ -155,27 +158,31 @@ def local_command(
     ]
 
 
-def ray_parallel_flags() -> list[str]:
-    """Pipeline parallel over a Ray cluster (head runs vLLM; Ray places stage 2 on the worker)."""
+def ray_parallel_flags(stages: int) -> list[str]:
+    """Pipeline parallel over a Ray cluster (head runs vLLM; Ray places the other stages on
+    the workers), one stage per node."""
     return [
         "--tensor-parallel-size",
         "1",
         "--pipeline-parallel-size",
-        "2",
+        str(stages),
         "--distributed-executor-backend",
         "ray",
     ]
 
 
-def native_parallel_flags(*, rank: int, master_addr: str, master_port: int) -> list[str]:
-    """vLLM's own multi-node mode (no Ray; recent images ship without it): worker is headless."""
+def native_parallel_flags(
+    *, stages: int, rank: int, master_addr: str, master_port: int
+) -> list[str]:
+    """vLLM's own multi-node mode (no Ray; recent images ship without it), one stage per
+    node: every node but the first is headless."""
     flags = [
         "--tensor-parallel-size",
         "1",
         "--pipeline-parallel-size",
-        "2",
+        str(stages),
         "--nnodes",
-        "2",
+        str(stages),
         "--node-rank",
         str(rank),
         "--master-addr",

@@ -21,6 +21,7 @@ from sparkops.addresses import local_base_url
 from sparkops.errors import UserError
 from sparkops.privacy import TELEMETRY_OFF, private_env
 from sparkops.profiles import DeployFacts, Profile, check_profile, load_profile
+from sparkops.profiles.checks import pipeline_stages
 from sparkops.render.command import native_parallel_flags, ray_parallel_flags, serve_command
 from sparkops.render.inventory import Inventory
 from sparkops.render.master_key import ENV_NAME as MASTER_KEY_ENV
@@ -105,13 +106,16 @@ def _vllm_service(
     profile: Profile,
     serving: ServingVars,
     *,
+    stages: int,
     parallel: list[str] | None = None,
     network_host: bool = False,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     model = serving.model_dir or profile.model
     listen = serving.bind_address if network_host else "0.0.0.0"
-    command = serve_command(profile, model=model, host=listen, port=serving.port, parallel=parallel)
+    command = serve_command(
+        profile, model=model, host=listen, port=serving.port, parallel=parallel, stages=stages
+    )
     return {
         "image": serving.image or profile.image or KIT_IMAGES[profile.platform],
         "command": command,
@@ -196,7 +200,8 @@ def plan_stack(
     topology = serving_topology(inv.hostvars[hosts[0]])
     profile = profile or load_profile(first.profile)
     _check_host_count(topology, hosts, topology_named(inv.hostvars[hosts[0]]))
-    stages = PIPELINE_STAGES if topology == "pipeline-parallel" else 1
+    # The stage count, decided here once and handed on as a number (the rules, the command).
+    stages = pipeline_stages(profile, PIPELINE_STAGES if topology == "pipeline-parallel" else 1)
     stacks: dict[str, HostStack] = {}
     for host in hosts:
         serving: ServingVars = parsed[host]["vllm_serving_"]  # type: ignore[assignment]
@@ -213,11 +218,11 @@ def plan_stack(
         stacks[host] = HostStack(host, "single", serving, profile, {}, sec)
     if topology == "single":
         only = stacks[hosts[0]]
-        only.vllm = _vllm_service(profile, only.serving)
+        only.vllm = _vllm_service(profile, only.serving, stages=stages)
     elif topology == "data-parallel":
-        _plan_data_parallel(inv, hosts, parsed, stacks, profile, secrets)
+        _plan_data_parallel(inv, hosts, parsed, stacks, profile, secrets, stages)
     else:
-        _plan_pipeline(inv, hosts, parsed, stacks, profile)
+        _plan_pipeline(inv, hosts, parsed, stacks, profile, stages)
     return stacks
 
 
@@ -228,10 +233,11 @@ def _plan_data_parallel(
     stacks: dict[str, HostStack],
     profile: Profile,
     secrets: dict[str, str],
+    stages: int,
 ) -> None:
     for host in hosts:
         stacks[host].role = "replica"
-        stacks[host].vllm = _vllm_service(profile, stacks[host].serving)
+        stacks[host].vllm = _vllm_service(profile, stacks[host].serving, stages=stages)
     router_vars = cast(RouterVars, parsed[hosts[0]]["litellm_router_"])
     master_key = router_vars.master_key or secrets.get(MASTER_KEY_ENV, "")
     if not master_key:
@@ -262,6 +268,7 @@ def _plan_pipeline(
     parsed: dict[str, dict[str, BaseModel]],
     stacks: dict[str, HostStack],
     profile: Profile,
+    stages: int,
 ) -> None:
     head = hosts[0]
     rays = {h: cast(RayVars, parsed[h]["ray_cluster_"]) for h in hosts}
@@ -279,13 +286,16 @@ def _plan_pipeline(
         stack.role = "head" if rank == 0 else "worker"
         env = _ray_env(ray, ray.address, head_addr)
         if head_ray.backend == "ray":
-            parallel = ray_parallel_flags() if rank == 0 else None
+            parallel = ray_parallel_flags(len(hosts)) if rank == 0 else None
         else:
             parallel = native_parallel_flags(
-                rank=rank, master_addr=head_addr, master_port=head_ray.master_port
+                stages=len(hosts),
+                rank=rank,
+                master_addr=head_addr,
+                master_port=head_ray.master_port,
             )
         service = _vllm_service(
-            profile, stack.serving, parallel=parallel, network_host=True, env=env
+            profile, stack.serving, stages=stages, parallel=parallel, network_host=True, env=env
         )
         service["rdma"] = True
         stack.vllm = service
