@@ -56,19 +56,40 @@ def assert_exactly_once(job, ids: list[str]) -> dict[str, dict]:
     return {r["id"]: r for r in got}
 
 
-def test_every_call_401_stops_fast_without_journalling_then_resumes(job, fault_server):
+def test_every_call_401_is_refused_before_any_record_then_the_fix_runs(job, fault_server):
+    """401 answers every record alike (a wrong key): the check request finds it before the
+    first record (exit 2), where it used to fail records until fail-fast stopped the job."""
     ids = write_records(job["input"], 200)
     fault_server.default = status(401, message="Invalid API key")
     first = run(job, fault_server, "--concurrency", "8")
-    assert first.returncode == 1
+    assert first.returncode == 2
     (line,) = error_lines(first.stderr)
-    assert "the first 20 records all failed" in line and "HTTP 401: Invalid API key" in line
-    assert rows(job) == []  # nothing finished: a re-run sends them again
-    assert sum(fault_server.requests.values()) < 40  # stopped, not burning the input
+    assert fault_server.url in line and "HTTP 401: Invalid API key" in line
+    assert "--api-key-env" in line and "nothing was sent" in line
+    assert rows(job) == [] and sum(fault_server.requests.values()) == 0
+    assert fault_server.checks == 1
     fault_server.default = ok()
     second = run(job, fault_server, "--concurrency", "8")
     assert second.returncode == 0, second.stderr
     assert all(r["status"] == "done" for r in assert_exactly_once(job, ids).values())
+
+
+def test_a_record_error_the_first_records_share_stops_fast_then_resumes(job, fault_server):
+    """Fail-fast holds back record errors: the first 20 all refused with one cause (a 422 the
+    user's request shape causes) stop the job unjournalled (exit 1); the fix resumes all."""
+    ids = write_records(job["input"], 200)
+    fault_server.default = status(422, message="unknown field 'x'")
+    fault_server.check_action = ok()
+    first = run(job, fault_server, "--concurrency", "8")
+    assert first.returncode == 1
+    (line,) = error_lines(first.stderr)
+    assert "the first 20 records all failed" in line and "HTTP 422: unknown field" in line
+    assert rows(job) == []
+    assert sum(fault_server.requests.values()) < 40  # stopped, not burning the input
+    fault_server.default = ok()
+    second = run(job, fault_server, "--concurrency", "8")
+    assert second.returncode == 0, second.stderr
+    assert_exactly_once(job, ids)
 
 
 def test_a_step_field_the_records_lack_stops_before_any_request_then_the_fix_runs(
@@ -77,9 +98,9 @@ def test_a_step_field_the_records_lack_stops_before_any_request_then_the_fix_run
     ids = write_records(job["input"], 50)
     job["pipeline"].write_text(ONE_STEP.replace("{text}", "{summary}"))
     proc = run(job, fault_server)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a pre-flight config error (issue 21)
     (line,) = error_lines(proc.stderr)
-    assert "all failed with the same cause" in line and "'summary'" in line
+    assert "'summary'" in line and "nothing was sent" in line
     assert sum(fault_server.requests.values()) == 0 and rows(job) == []
     # the user fixes the pipeline: nothing had finished, so the job simply starts over
     job["pipeline"].write_text(ONE_STEP)
@@ -91,11 +112,12 @@ def test_a_step_field_the_records_lack_stops_before_any_request_then_the_fix_run
 def test_an_openai_batch_job_fails_fast_too_and_resumes(tmp_path, fault_server):
     inp, out = tmp_path / "batch.jsonl", tmp_path / "job"
     ids = openai_lines(inp, 60)
-    fault_server.default = status(401)
+    fault_server.default = status(422)
+    fault_server.check_action = ok()
     cmd = [sys.executable, "-m", "sparkops.cli", "batch", "run", "--input", str(inp),
            "--out", str(out), "--endpoint", fault_server.url, "--no-progress"]  # fmt: skip
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert first.returncode == 1 and "HTTP 401" in first.stderr
+    assert first.returncode == 1 and "HTTP 422" in first.stderr
     assert_quiet(first.stdout, first.stderr)
     assert (out / "results.jsonl").read_text() == ""
     fault_server.default = ok()
@@ -108,12 +130,13 @@ def test_an_openai_batch_job_fails_fast_too_and_resumes(tmp_path, fault_server):
 
 def test_fail_fast_off_finishes_with_errors_and_names_the_commonest_cause(job, fault_server):
     ids = write_records(job["input"], 30)
-    fault_server.default = status(401)
+    fault_server.default = status(422)
+    fault_server.check_action = ok()
     for rid in ("r1", "r2"):
         fault_server.script(rid, status(400, message="bad request 17"))
     proc = run(job, fault_server, "--fail-fast", "0")
     assert proc.returncode == 3, proc.stderr
-    assert "finished with 30 record error(s) of 30; commonest cause (28x): HTTP 401" in proc.stdout
+    assert "finished with 30 record error(s) of 30; commonest cause (28x): HTTP 422" in proc.stdout
     assert all(r["status"] == "error" for r in assert_exactly_once(job, ids).values())
     # a resume sends nothing and still says the job has errors
     again = run(job, fault_server, "--fail-fast", "0")
@@ -122,8 +145,8 @@ def test_fail_fast_off_finishes_with_errors_and_names_the_commonest_cause(job, f
 
 def test_early_errors_with_different_causes_are_journalled_and_the_job_goes_on(job, fault_server):
     ids = write_records(job["input"], 40)
-    for i in range(1, 6):
-        fault_server.script(f"r{i}", status(400 + i))
+    for i, code in enumerate((400, 402, 413, 415, 422), 1):  # the records' own (not 401/403/404)
+        fault_server.script(f"r{i}", status(code))
     proc = run(job, fault_server, "--concurrency", "1")
     assert proc.returncode == 3
     by_id = assert_exactly_once(job, ids)

@@ -61,6 +61,11 @@ moving, while /health still answers 200 (vLLM's behaviour); `server.unstall()` r
 requests then answer). `server.stop()` closes the port (connections refused); `server.start()`
 opens it again on the same port.
 
+The kit's check request (batch/checks.py: before the first record, once per endpoint, and
+when a failing record's fault is in doubt) is not a record's: it is counted in
+`server.checks`, never in `requests`, takes no `first(n)` or per-key action, and gets
+`server.check_action` (None: `server.default`).
+
 Observations
 ------------
 `server.requests` Counter of completion requests per key (every attempt, including failed
@@ -91,9 +96,11 @@ from prometheus_client import Counter as PromCounter
 
 # What a user must never see from `sparkops batch run`; the CLI runner owns it, tests import
 # it from either module.
+from sparkops.batch.checks import check_body
 from tests.plugins.cli import NOISE as NOISE
 
 MARKER = re.compile(r"\[id:([^\]\s]+)\]")
+_CHECK_MESSAGES = check_body(None)["messages"]
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 
 
@@ -268,6 +275,8 @@ class FaultServer:
         self.arrivals: dict[str, list[float]] = {}
         self.answered: Counter[str] = Counter()
         self.paths: Counter[str] = Counter()
+        self.checks = 0
+        self.check_action: Action | None = None
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -455,6 +464,8 @@ class FaultServer:
         except ValueError:
             return web.json_response({"error": {"message": "bad JSON"}}, status=400)
         text = _prompt_text(body) if isinstance(body, dict) else ""
+        if isinstance(body, dict) and body.get("messages") == _CHECK_MESSAGES:
+            return await self._check(request, body)
         match = MARKER.search(text)
         key = match.group(1) if match else ""
         self.requests[key] += 1
@@ -470,6 +481,16 @@ class FaultServer:
             return await self._perform(request, self._next_action(key), key, body)
         finally:
             self.in_flight -= 1
+
+    async def _check(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """The kit's check request: counted in `checks`, answered by `check_action` (default:
+        the default action), hung like every call while the server is stalled."""
+        self.checks += 1
+        if self._stalled:
+            assert self._release is not None
+            await self._release.wait()
+            return _hang_up(request)
+        return await self._perform(request, self.check_action or self.default, "", body)
 
     async def _perform(
         self, request: web.Request, action: Action, key: str, body: dict[str, Any]

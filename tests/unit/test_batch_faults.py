@@ -7,8 +7,10 @@ import signal
 from email.utils import formatdate
 from pathlib import Path
 
-from sparkops.batch.engine import _answer_problem, _content
-from sparkops.batch.job import JobSummary, _line_error
+import pytest
+
+from sparkops.batch.job import JobSummary
+from sparkops.batch.outcome import Kind, answer_text, check_answer
 from sparkops.batch.retry import MAX_RETRY_AFTER, error_cause, is_retryable, retry_after_seconds
 from sparkops.errors import Interrupted
 
@@ -39,22 +41,68 @@ def test_error_cause_drops_what_varies_per_record():
     assert len(error_cause("x" * 1000)) <= 120
 
 
+def _problem(path: str, body: object) -> str | None:
+    failure = check_answer(path, body)
+    return None if failure is None else failure.cause
+
+
 def test_a_200_must_carry_choices_of_objects():
-    assert _answer_problem("/v1/chat/completions", {"choices": [{"message": {}}]}) is None
-    assert _answer_problem("/v1/chat/completions", {"id": "x"}) == "HTTP 200 without choices"
-    assert _answer_problem("/v1/completions", {"choices": []}) == "HTTP 200 without choices"
-    assert "not a JSON object" in _answer_problem("/v1/chat/completions", None)
-    assert "not a JSON object" in _answer_problem("/v1/chat/completions", ["a"])
-    assert "malformed choice" in _answer_problem("/v1/chat/completions", {"choices": ["yes"]})
-    assert _answer_problem("/v1/embeddings", {"data": []}) is None
-    assert _answer_problem("/v1/embeddings", {"x": 1}) == "HTTP 200 without data"
+    assert _problem("/v1/chat/completions", {"choices": [{"message": {}}]}) is None
+    assert _problem("/v1/chat/completions", {"id": "x"}) == "HTTP 200 without choices"
+    assert _problem("/v1/completions", {"choices": []}) == "HTTP 200 without choices"
+    assert "not a JSON object" in _problem("/v1/chat/completions", None)
+    assert "not a JSON object" in _problem("/v1/chat/completions", ["a"])
+    assert "malformed choice" in _problem("/v1/chat/completions", {"choices": ["yes"]})
+    assert _problem("/v1/embeddings", {"data": []}) is None
+    assert _problem("/v1/embeddings", {"x": 1}) == "HTTP 200 without data"
+    assert check_answer("/v1/chat/completions", {"choices": ["yes"]}).is_records_fault
+    assert check_answer("/v1/chat/completions", {"id": "x"}).is_servers_fault
 
 
-def test_content_of_odd_choices_is_empty_never_a_crash():
-    assert _content({"choices": [{"message": {"content": None}, "text": "t"}]}) == "t"
-    assert _content({"choices": [{"message": "oops"}]}) == ""
-    assert _content({"choices": [{"message": {"content": 5}}]}) == ""
-    assert _content({"choices": ["yes"]}) == ""
+def test_content_of_odd_choices_is_none_never_a_crash():
+    assert answer_text({"choices": [{"message": {"content": None}, "text": "t"}]}) == "t"
+    assert answer_text({"choices": [{"message": "oops"}]}) is None
+    assert answer_text({"choices": [{"message": {"content": 5}}]}) is None
+    assert answer_text({"choices": ["yes"]}) is None
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {"index": 0, "finish_reason": "stop"},  # no message
+        {"message": {"role": "assistant", "content": None}, "finish_reason": "stop"},
+        {"message": {"role": "assistant", "content": None, "tool_calls": [{"id": "t"}]}},
+    ],
+)
+def test_a_200_whose_choice_has_no_text_is_the_servers_failure_for_a_pipeline(choice):
+    body = {"choices": [choice]}
+    failure = check_answer("/v1/chat/completions", body, want_text=True)
+    assert failure is not None and failure.kind is Kind.NO_TEXT and failure.is_servers_fault
+    assert check_answer("/v1/chat/completions", body) is None  # an OpenAI batch line keeps it
+
+
+def test_an_error_object_beside_an_empty_choice_is_no_text_but_an_empty_answer_is_one():
+    empty = {"message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}
+    assert check_answer("/v1/chat/completions", {"choices": [empty]}, want_text=True) is None
+    with_error = {"choices": [empty], "error": {"message": "upstream failed"}}
+    failure = check_answer("/v1/chat/completions", with_error, want_text=True)
+    assert failure is not None and failure.kind is Kind.NO_TEXT
+
+
+def test_whose_fault_each_failure_is():
+    from sparkops.batch.outcome import TIMED_OUT, http_failure, record_failure, transport_failure
+
+    def http(code: int):
+        return http_failure(code, {"error": {"message": "m 12"}}, b"", None, None)
+
+    for server in (transport_failure(OSError()), TIMED_OUT, http(500), http(503), http(429),
+                   http(401), http(403), http(404)):  # fmt: skip
+        assert server.is_servers_fault and not server.is_records_fault
+    for record in (http(400), http(413), http(422), http(501), record_failure("line 3: x")):
+        assert record.is_records_fault
+    assert http(400).cause == "HTTP 400: m N" and http(400).message == "HTTP 400: m 12"
+    alone = http(500).alone(6)
+    assert alone.is_records_fault and alone.message.startswith("gave up after 6 attempts")
 
 
 def test_exit_status_and_interrupt_codes():
@@ -64,16 +112,6 @@ def test_exit_status_and_interrupt_codes():
     assert JobSummary(**base, job_done=1, job_errors=1).exit_status == 3
     assert Interrupted("x", signal.SIGINT).exit_status == 130
     assert Interrupted("x", signal.SIGTERM).exit_status == 143
-
-
-def test_line_error_reads_pipeline_and_openai_lines():
-    assert _line_error({"status": "done"}) is None
-    assert _line_error({"status": "error", "error": "HTTP 401: no"}) == "HTTP 401: no"
-    ok = {"error": None, "response": {"status_code": 200, "body": {}}}
-    assert _line_error(ok) is None
-    http = {"error": None, "response": {"status_code": 400, "body": {"error": {"message": "m"}}}}
-    assert _line_error(http) == "HTTP 400: m"
-    assert _line_error({"error": {"code": "timeout", "message": "timed out"}}) == "timed out"
 
 
 def test_ctrl_c_while_commands_load_is_one_line(monkeypatch, capsys):

@@ -1,13 +1,19 @@
 """Several vLLM endpoints (or one LiteLLM URL): spread calls by least outstanding requests.
 
-An endpoint that refuses connections is benched for a short, growing while, so a dead
-server does not swallow every call (fast failures would otherwise make it look idle).
+An endpoint whose call failed with the server's fault (refused, reset, a 5xx, 401/403/404:
+batch/outcome.py) is benched for a short, growing while, so a dead or misconfigured server
+does not swallow every call (fast failures would otherwise make it look idle) and its calls
+go to the others; its first answer brings it back.
 
 An endpoint that accepts calls but makes no progress (a hung engine behind a /health that
 still answers) is taken out of rotation by the stall watch (batch/stall.py decides; the
 pool acts): the asyncio tasks with a call in flight there are cancelled with a mark, the
 engine sees the mark (`take_reroute`) and sends the call to another endpoint at once.
 Nothing is journalled for a cancelled call, so each record is still finished exactly once.
+
+The pool's clock (`now`) is monotonic time less the seconds the client itself was suspended
+(`suspended`, found by the engine's watchdog): the stall windows and the job's deadlines
+measure the server, not a closed laptop lid.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkops.batch.options import SAMPLE_INTERVAL_S
+from sparkops.batch.outcome import REROUTED, STALLED_ALONE, Failure
 from sparkops.batch.stall import Change, EndpointWatch, StallWatch
 from sparkops.openai_http import normalise_base
 from sparkops.privacy import redact
@@ -60,7 +67,13 @@ class EndpointPool:
     # called with each Change the stall watch reports (the job logs it to runs.jsonl)
     on_change: Callable[[Change], None] | None = None
     rerouted: int = 0  # calls cancelled on a stalled endpoint and sent elsewhere
-    _marked: set[asyncio.Task] = field(default_factory=set)
+    suspended: float = 0.0  # seconds the client was not running (SIGSTOP, suspend)
+    # cancelled calls -> the failure their attempt returns (re-routed, or stalled alone)
+    _marked: dict[asyncio.Task, Failure] = field(default_factory=dict)
+
+    def now(self) -> float:
+        """Monotonic seconds the client has been running (see the module docstring)."""
+        return time.monotonic() - self.suspended
 
     @classmethod
     def from_urls(
@@ -84,7 +97,7 @@ class EndpointPool:
         A stalled endpoint gets no calls except, when its probe is due, this one."""
         if len(self.endpoints) == 1 and not (self.stalls is not None and self.stalls.n_stalled):
             return self.endpoints[0]  # every call of a one-endpoint job: nothing to choose
-        now = time.monotonic() if now is None else now
+        now = self.now() if now is None else now
         live = self.endpoints
         if self.stalls is not None and self.stalls.n_stalled:
             for e in self.endpoints:
@@ -99,7 +112,7 @@ class EndpointPool:
         return healthy[best]
 
     def mark_down(self, ep: Endpoint, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
+        now = self.now() if now is None else now
         ep.failures += 1
         ep.down_until = now + min(30.0, 0.5 * 2 ** min(ep.failures, 6))
 
@@ -123,8 +136,9 @@ class EndpointPool:
             ep.calls.discard(asyncio.current_task())
             ep.watch.ended(now, answered, seconds, timed_out)
 
-    def observe(self, ep: Endpoint, values: dict[str, float], now: float) -> None:
+    def observe(self, ep: Endpoint, values: dict[str, float], now: float | None = None) -> None:
         """A /metrics sample of `ep`: its token counters show whether its engine advances."""
+        now = self.now() if now is None else now
         if ep.watch is not None and ("prompt_tokens" in values or "generation_tokens" in values):
             tokens = values.get("prompt_tokens", 0.0) + values.get("generation_tokens", 0.0)
             ep.watch.counters(now, tokens)
@@ -134,29 +148,39 @@ class EndpointPool:
         endpoint and of a failed probe; report each change through `on_change`."""
         if self.stalls is None:
             return []
-        now = time.monotonic() if now is None else now
+        now = self.now() if now is None else now
         changes = self.stalls.check(now)
         by_base = {e.name: e for e in self.endpoints}
         for change in changes:
             ep = by_base[change.endpoint]
             if change.kind in ("stalled", "probe-failed"):
-                for task in list(ep.calls):
-                    if task not in self._marked and not task.done():
-                        self._marked.add(task)
-                        task.cancel()
-                        self.rerouted += 1
-                ep.calls.clear()
+                self.rerouted += self._cancel_calls(ep, REROUTED)
             if self.on_change is not None:
                 self.on_change(change)
         return changes
 
-    def take_reroute(self, task: asyncio.Task | None) -> bool:
-        """True when `task` was cancelled by `check` only (not also by a job stop): the caller
-        swallows the CancelledError and sends its call elsewhere."""
+    def cancel_alone(self, ep: Endpoint) -> int:
+        """`ep` answered a check request while its calls hung: those calls are their records'
+        own hang, cancelled as STALLED_ALONE (batch/checks.py)."""
+        return self._cancel_calls(ep, STALLED_ALONE)
+
+    def _cancel_calls(self, ep: Endpoint, why: Failure) -> int:
+        n = 0
+        for task in list(ep.calls):
+            if task not in self._marked and not task.done():
+                self._marked[task] = why
+                task.cancel()
+                n += 1
+        ep.calls.clear()
+        return n
+
+    def take_reroute(self, task: asyncio.Task | None) -> Failure | None:
+        """The failure a call cancelled by the pool returns (None when `task` was not, or was
+        also cancelled by a job stop): the caller swallows the CancelledError."""
         if task is None or task not in self._marked:
-            return False
-        self._marked.discard(task)
-        return task.uncancel() == 0
+            return None
+        why = self._marked.pop(task)
+        return why if task.uncancel() == 0 else None
 
     def all_stalled(self) -> bool:
         return self.stalls is not None and self.stalls.all_stalled()

@@ -1,4 +1,4 @@
-"""Backoff with full jitter, which failures are worth retrying, and what an error's cause is.
+"""Backoff with full jitter, which statuses are worth retrying, and Retry-After.
 
 Why not tenacity or backoff: what a library would replace is `backoff_delay`, one line
 (tenacity's wait_random_exponential computes the same uniform draw). The retry loop itself
@@ -7,8 +7,8 @@ endpoint stalled is re-sent elsewhere without counting as an attempt, a failure 
 endpoint down in the pool, a Retry-After longer than the backoff wins, and when nothing has
 answered by the deadline the job stops instead of failing the record. Expressed through a
 decorator's callbacks that logic would be harder to follow, and the rest of this module
-(which statuses are transient, Retry-After parsing, grouping errors by cause) is the kit's
-own policy that no library has.
+(which statuses are transient, Retry-After parsing) is the kit's own policy that no library
+has. Whose fault a failure is, and so whether it may end a record, is batch/outcome.py's.
 """
 
 from __future__ import annotations
@@ -72,11 +72,12 @@ _NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
 def error_cause(message: str) -> str:
-    """The cause an error message names, with what varies per record taken out.
+    """The cause a results line's error message names, with what varies per record taken out.
 
-    Errors are grouped by cause for the summary ("commonest: HTTP 401 ... x 480") and for
-    fail-fast (the first calls all failed with one cause), so `line 12: ...`, attempt counts
-    and token counts must not make one cause look like many. Kept short: it is printed.
+    For lines that carry no `failure` (written before the engine's failures were typed):
+    the engine itself groups by `Failure.cause` (batch/outcome.py) and never parses a
+    message. `line 12: ...`, attempt counts and token counts must not make one cause look
+    like many. Kept short: it is printed.
     """
     text = _LINE.sub("", message.strip())
     text = _GAVE_UP.sub("", text)

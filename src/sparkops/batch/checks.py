@@ -1,0 +1,114 @@
+"""Check requests: one tiny real request that tells a record's problem from the server's.
+
+A failure of the server's kind (batch/outcome.py) is an outage unless the server answers
+other work meanwhile. When the evidence is missing (the failing record is the only one left,
+or every endpoint stalled with only a few calls in flight), the engine asks: the endpoint
+gets the check request the job's pre-flight sends too (`CHECK_PATH`, `check_body`); if it
+answers, the server is fine and the failing or hanging calls are the record's own.
+
+Also here: which model answered. Each answer names its `model`; one other than the
+pipeline's (a router's fallback) is reported once per model through `on_other_model`, and
+with --strict-serving stops the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sparkops.batch.endpoints import Endpoint
+from sparkops.batch.outcome import Answer
+from sparkops.batch.stop_rules import Stop
+
+if TYPE_CHECKING:
+    from sparkops.batch.engine import Engine
+
+CHECK_PATH = "/v1/chat/completions"
+# The longest one check request may take before it counts as "the server does not answer".
+CHECK_TIMEOUT_S = 10.0
+
+
+def check_body(model: str | None) -> dict[str, Any]:
+    """The smallest real request: one user word, one token back (no record in it)."""
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "Reply with OK."}],
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+    if model:
+        body["model"] = model
+    return body
+
+
+def other_model_message(model: str, expected: str, strict: bool) -> str:
+    """What the job says when an answer came from another model."""
+    if strict:
+        return (
+            f"--strict-serving: an answer came from model {model!r}, not the pipeline's "
+            f"{expected!r} (a router's fallback?); finished records are kept: fix the router "
+            "and run the same command to resume, or run without --strict-serving to accept it"
+        )
+    return (
+        f"answers came from model {model!r}, not the pipeline's {expected!r} (a router's "
+        "fallback?); each step's `model` in results.jsonl says which one answered"
+    )
+
+
+class Checks:
+    """The engine's check requests and its watch on which model answered."""
+
+    def __init__(self, engine: Engine, model: str | None, expected: str | None) -> None:
+        """model: the one the check request names; expected: the pipeline's (None for an
+        OpenAI batch file, whose lines name their own)."""
+        self.engine = engine
+        self.model = expected
+        self.payload = json.dumps(check_body(model)).encode()
+        self.other_models: set[str] = set()
+        # called once per other model (the job writes a serving line and warns)
+        self.on_other_model: Callable[[str], None] | None = None
+
+    async def answers(self, ep: Endpoint) -> bool:
+        """Whether `ep` answers the check request now (bounded); a failure marks the job's
+        no-answer rule as confirmed, so the job-level deadline can stop it."""
+        transport = self.engine._transport
+        assert transport is not None
+        timeout = min(CHECK_TIMEOUT_S, self.engine.cfg.request_timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                outcome = await transport.attempt(ep, CHECK_PATH, self.payload, False)
+        except TimeoutError:
+            outcome = None
+        if isinstance(outcome, Answer):
+            self.engine.no_answer.answered(self.engine.pool.now())
+            return True
+        self.engine.no_answer.unreachable = True
+        return False
+
+    async def stalled_alone(self) -> bool:
+        """Every endpoint stalled: those that answer a check request are not hung, and the
+        calls in flight there are their records' own hang (cancelled as such). True when
+        one answered (the job goes on)."""
+        pool = self.engine.pool
+        live = False
+        for ep in pool.endpoints:
+            if ep.stalled and await self.answers(ep):
+                pool.cancel_alone(ep)
+                live = True
+        if live:
+            pool.check()  # the check's answer is progress: the endpoint rejoins now
+        return live
+
+    def answered_by(self, model: str | None) -> None:
+        """An answer named `model`: report a model other than the pipeline's, once each."""
+        expected = self.model
+        if model is None or expected is None or model == expected:
+            return
+        if model in self.other_models:
+            return
+        self.other_models.add(model)
+        if self.on_other_model is not None:
+            self.on_other_model(model)
+        if self.engine.cfg.strict_model:
+            self.engine.stop(Stop("model-changed", other_model_message(model, expected, True)))

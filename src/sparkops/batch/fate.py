@@ -1,0 +1,143 @@
+"""How a record ends: the results line (and OpenAI meta line) each finished record gets.
+
+Only two fates are written: done (every step answered), or an error that is the record's own
+(`Failure.is_records_fault`, batch/outcome.py). A failure that was the server's is never
+written: the record stays unfinished and a resume sends it again. An error line carries
+`error_kind: "record"` (what `batch status` and `--retry-errors` read) and `failure`: the
+failure's kind, HTTP code and cause, so errors are grouped without parsing messages.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkops.batch import openai_batch
+from sparkops.batch.journal import Journal
+from sparkops.batch.outcome import Answer, Failure
+from sparkops.batch.records import Record
+
+RECORD_ERROR = "record"  # error_kind of every error line: the record's own fault
+
+
+@dataclass
+class RecordState:
+    """A record moving through the pipeline (one call in flight at most)."""
+
+    record: Record
+    step: str
+    ready_seq: int = 0
+    started: float = field(default_factory=time.time)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Stats:
+    """Live counters the progress display and the sampler read."""
+
+    total: int = 0
+    skipped: int = 0
+    done: int = 0
+    errors: int = 0
+    calls: int = 0
+    retries: int = 0
+    in_flight: int = 0
+    started: float = field(default_factory=time.monotonic)
+    hit_rate: float | None = None
+
+
+def failure_fields(failure: Failure) -> dict[str, Any]:
+    """What an error line records about its failure besides the message."""
+    out: dict[str, Any] = {"kind": failure.kind.value, "cause": failure.cause}
+    if failure.code:
+        out["code"] = failure.code
+    if failure.alone_after:
+        out["alone_after"] = failure.alone_after
+    return out
+
+
+class Fates:
+    """Writes finished records to the journal (and the OpenAI meta side file)."""
+
+    def __init__(self, journal: Journal, stats: Stats, run: int, openai: bool) -> None:
+        self.journal = journal
+        self.stats = stats
+        self.run = run
+        # OpenAI batch jobs: the kit's own per-request fields go to a side file (openai_batch)
+        self.meta = openai_batch.MetaWriter(journal.dir) if openai else None
+        # The job's serving epoch (batch/serving.py): 0 as the job found its endpoints, +1 at
+        # every identity change; each finished record carries it, the boundary in the results.
+        self.serving = 0
+
+    def close(self) -> None:
+        if self.meta is not None:
+            self.meta.close()
+
+    def done(self, state: RecordState, final: str) -> None:
+        self.journal.append(
+            {
+                "id": state.record.id,
+                "status": "done",
+                "final": final,
+                "steps": state.steps,
+                "error": None,
+                "line": state.record.line,
+                "t0": round(state.started, 3),
+                "t": round(time.time(), 3),
+                "run": self.run,
+                "serving": self.serving,
+            }
+        )
+        self.stats.done += 1
+
+    def error(
+        self,
+        rid: str | None,
+        line: int,
+        failure: Failure,
+        steps: list,
+        started: float | None = None,
+    ) -> None:
+        self.journal.append(
+            {
+                "id": rid,
+                "status": "error",
+                "final": None,
+                "steps": steps,
+                "error": failure.message,
+                "error_kind": RECORD_ERROR,
+                "failure": failure_fields(failure),
+                "line": line,
+                "t0": None if started is None else round(started, 3),
+                "t": round(time.time(), 3),
+                "run": self.run,
+                "serving": self.serving,
+            }
+        )
+        self.stats.errors += 1
+
+    def openai(
+        self, state: RecordState, outcome: Answer | Failure, custom_id: str | None = ""
+    ) -> None:
+        """Journal an OpenAI batch output line (built by openai_batch), then its meta line."""
+        rid = state.record.id if custom_id == "" else custom_id
+        line = state.record.line
+        body: dict[str, Any] | None
+        if isinstance(outcome, Answer):
+            status, body, error, request_id = 200, outcome.body, None, outcome.request_id
+        else:
+            status, body = outcome.code, outcome.body
+            error, request_id = outcome.message, outcome.request_id
+        ok = openai_batch.is_success(status, body, error)
+        self.journal.append(openai_batch.output_line(rid, line, status, body, error, request_id))
+        assert self.meta is not None
+        meta = openai_batch.meta_line(rid, line, ok, body, self.run, state.started, time.time())
+        meta["serving"] = self.serving
+        if isinstance(outcome, Failure):
+            meta["failure"] = failure_fields(outcome)
+        self.meta.append(meta)
+        if ok:
+            self.stats.done += 1
+        else:
+            self.stats.errors += 1

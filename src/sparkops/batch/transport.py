@@ -1,0 +1,88 @@
+"""One HTTP attempt of one call, classified: an `Answer` or a typed `Failure` (batch/outcome.py).
+
+The transport owns what one attempt touches: the pooled aiohttp session, the request headers
+(with connection recycling, batch/connections.py), connection pacing, and the endpoint's
+bookkeeping for the stall watch (a call in flight, whether it was answered). It decides
+nothing about retries or records: the engine reads the outcome's kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiohttp
+
+from sparkops.batch.connections import ConnectionRecycler, ConnectPacer
+from sparkops.batch.endpoints import Endpoint, EndpointPool
+from sparkops.batch.outcome import (
+    TIMED_OUT,
+    Outcome,
+    classify_200,
+    http_failure,
+    transport_failure,
+)
+from sparkops.batch.retry import retry_after_seconds
+
+
+class Transport:
+    """Sends one attempt to one endpoint and says what came back."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        pool: EndpointPool,
+        api_key: str | None,
+        recycle_every: int,
+        connect_gap: float,
+    ) -> None:
+        self.session = session
+        self.pool = pool
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self.conns = ConnectionRecycler(headers, recycle_every)
+        self.pacer = ConnectPacer(connect_gap)
+
+    async def attempt(self, ep: Endpoint, path: str, payload: bytes, want_text: bool) -> Outcome:
+        """One POST. `want_text`: the caller routes on the answer's text, so a 200 without
+        text is a failure (pipeline steps); OpenAI batch lines keep whatever choice came."""
+        pool = self.pool
+        ep.outstanding += 1
+        ep.sent += 1
+        started = time.monotonic()
+        pool.call_started(ep, started)  # stall watch: this task has a call in flight here
+        answered = timed_out = False
+        try:
+            if (wait := self.pacer.turn(ep.base, ep.outstanding)) > 0:  # a new connection
+                await asyncio.sleep(wait)
+            async with self.session.post(
+                ep.base + path, data=payload, headers=self.conns.headers()
+            ) as resp:
+                raw = await resp.read()
+                answered = True
+                status = resp.status
+                rid = resp.headers.get("x-request-id")
+                retry_after = resp.headers.get("Retry-After") if status != 200 else None
+        except asyncio.CancelledError:
+            why = pool.take_reroute(asyncio.current_task())
+            if why is None:
+                raise  # the job is stopping
+            return why  # cancelled by the stall watch: re-routed, or this call stalled alone
+        except (aiohttp.ClientError, OSError) as err:  # refused, reset, bad payload, ...
+            return transport_failure(err)
+        except TimeoutError:
+            timed_out = True
+            return TIMED_OUT
+        finally:
+            ep.outstanding -= 1
+            now = time.monotonic()
+            pool.call_ended(ep, now, answered, now - started, timed_out)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        if status == 200:
+            return classify_200(path, body, rid, want_text)
+        return http_failure(status, body, raw, rid, retry_after_seconds(retry_after))
