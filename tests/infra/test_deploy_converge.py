@@ -24,6 +24,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -64,43 +65,58 @@ def run_deploy(inventory: Path) -> tuple[PlaybookRun, int]:
 
 
 @pytest.fixture
-def local_inventory(tmp_path, vllm_cpu_runtime_image):
-    model = ensure_tiny_model()
-    port = free_ports(1)
-    project = f"sparkops-test-{secrets.token_hex(4)}"
-    inventory = tmp_path / "inventory"
-    (inventory / "group_vars" / "all").mkdir(parents=True)
-    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    # deploy.yml checks the inventory first: the topology of inventory/local/.
-    hosts = {
-        "all": {
-            "vars": {"sparkops_topology": "local"},
-            "children": {"sparks": {"hosts": {"localhost": host}}},
+def local_stack(tmp_path, vllm_cpu_runtime_image):
+    """Factory: ``local_stack(name, **serving_overrides) -> (inventory, port, stack dir)``, an
+    inventory of this machine serving cpu-tiny in a container; every stack is taken down after
+    the test."""
+    stacks: list[Path] = []
+
+    def make(name: str = "main", **overrides):
+        root = tmp_path / name
+        port = free_ports(1)
+        inventory = root / "inventory"
+        (inventory / "group_vars" / "all").mkdir(parents=True)
+        host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        # deploy.yml checks the inventory first: the topology of inventory/local/.
+        hosts = {
+            "all": {
+                "vars": {"sparkops_topology": "local"},
+                "children": {"sparks": {"hosts": {"localhost": host}}},
+            }
         }
-    }
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    serving = yaml.safe_load(
-        (REPO / "inventory" / "local" / "group_vars" / "all" / "serving.yml").read_text()
-    )
-    serving.update(
-        vllm_serving_image=vllm_cpu_runtime_image,
-        vllm_serving_model_dir=str(model),
-        vllm_serving_port=port,
-        vllm_serving_project=project,
-        vllm_serving_stack_dir=str(tmp_path / "stack"),
-        vllm_serving_stack_record=str(tmp_path / "etc" / "stack-record.json"),
-        vllm_serving_api_key=API_KEY,
-        vllm_serving_hf_token=HF_TOKEN,
-        vllm_serving_hf_cache=str(tmp_path / "hf-cache"),
-        **mounted_venv_vars(),
-        vllm_serving_ready_timeout=900,
-    )
-    (inventory / "group_vars" / "all" / "serving.yml").write_text(yaml.safe_dump(serving))
+        (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+        serving = yaml.safe_load(
+            (REPO / "inventory" / "local" / "group_vars" / "all" / "serving.yml").read_text()
+        )
+        serving.update(
+            vllm_serving_image=vllm_cpu_runtime_image,
+            vllm_serving_model_dir=str(ensure_tiny_model()),
+            vllm_serving_port=port,
+            vllm_serving_project=f"sparkops-test-{secrets.token_hex(4)}",
+            vllm_serving_stack_dir=str(root / "stack"),
+            vllm_serving_stack_record=str(root / "etc" / "stack-record.json"),
+            vllm_serving_api_key=API_KEY,
+            vllm_serving_hf_token=HF_TOKEN,
+            vllm_serving_hf_cache=str(root / "hf-cache"),
+            **mounted_venv_vars(),
+            vllm_serving_ready_timeout=900,
+        )
+        serving.update(overrides)
+        (inventory / "group_vars" / "all" / "serving.yml").write_text(yaml.safe_dump(serving))
+        stacks.append(root / "stack")
+        return inventory, port, root / "stack"
+
     try:
-        yield inventory, port, tmp_path / "stack"
+        yield make
     finally:
-        down = ["docker", "compose", "--project-directory", str(tmp_path / "stack"), "down", "-v"]
-        subprocess.run(down, capture_output=True, timeout=300, check=False)
+        for stack in stacks:
+            down = ["docker", "compose", "--project-directory", str(stack), "down", "-v"]
+            subprocess.run(down, capture_output=True, timeout=300, check=False)
+
+
+@pytest.fixture
+def local_inventory(local_stack):
+    return local_stack()
 
 
 @pytest.mark.timeout(2400)  # two converges; the first waits for vLLM-CPU to start
@@ -113,6 +129,12 @@ def test_deploy_converges_and_a_second_run_changes_nothing(local_inventory):
     assert first.rc == 0, first.stdout[-5000:] + first.stderr[-2000:]
     assert first_changed >= 4  # folders, compose.yml, serving.env, the stack start
     assert (stack / "serving.env").stat().st_mode & 0o777 == 0o600
+    # The deploy ended on a real chat completion through the served name, with the stack's key.
+    assert (
+        "vLLM answered /health after" in first.text and "a chat completion for tiny" in first.text
+    )
+    assert API_KEY not in first.output and HF_TOKEN not in first.output
+    _preflight_right_after_the_deploy_authenticates_and_accepts_a_starting_container(inventory)
 
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     request = urllib.request.Request(
@@ -147,6 +169,35 @@ def test_deploy_converges_and_a_second_run_changes_nothing(local_inventory):
         f"{healthy_s:.0f} s after the container started; second converge {second_s:.0f} s "
         f"(changed={second_changed})"
     )
+
+
+def _preflight_right_after_the_deploy_authenticates_and_accepts_a_starting_container(
+    inventory: Path,
+) -> None:
+    """preflight.yml seconds after the deploy (Docker's health check still in its start
+    period): its probes send the stack's key (no 401), the chat completion answers, and the
+    container is not sent to be restarted. The GPU checks fail here (no GPU): only the serving
+    checks are judged."""
+    summaries = inventory.parent / "preflight"
+    run = run_playbook(
+        "preflight.yml",
+        inventory,
+        extra_vars={
+            "ansible_become": False,
+            "sparkops_preflight_drop_caches": False,
+            "sparkops_preflight_summary_dir": str(summaries),
+        },
+        inherit_env=False,
+        cwd=REPO / "ansible",
+        timeout=600,
+    )
+    summary = json.loads((summaries / "localhost.json").read_text())
+    found = {check["name"]: check for check in summary["checks"]}
+    for name in ("vllm_healthy", "vllm_container", "vllm_answers"):
+        assert found[name]["ok"], (found[name], run.stdout[-3000:])
+    assert found["vllm_answers"]["detail"].startswith("tiny answered ")
+    assert "401" not in run.output and API_KEY not in run.output
+    assert "Traceback" not in run.output
 
 
 def _a_job_keeps_the_deployed_stack_record(stack: Path, port: int, tmp: Path) -> None:
@@ -203,3 +254,82 @@ def _seconds_between(start: str, end: str) -> float:
         return datetime.fromisoformat(stamp)
 
     return (parse(end) - parse(start)).total_seconds()
+
+
+@pytest.mark.timeout(900)
+def test_a_vllm_that_dies_at_start_stops_the_deploy_at_once_with_a_clean_log_tail(
+    local_stack, tmp_path
+):
+    """A model folder vLLM cannot load: the container exits and Docker restarts it (policy
+    unless-stopped). The deploy stops as soon as it sees that, not after its 900 s wait, and
+    prints the log tail without terminal escapes."""
+    broken = tmp_path / "broken-model"
+    shutil.copytree(ensure_tiny_model(), broken)
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    inventory, _, _ = local_stack("dies", vllm_serving_model_dir=str(broken))
+    run, _ = run_deploy(inventory)
+    assert run.rc != 0
+    assert re.search(
+        r"the container \S+ (is restarting|exited \(code \d+\)) before /health", run.text
+    )
+    assert "Log tail of" in run.text and "no-such-architecture" in run.text
+    assert "\x1b" not in run.output and "\\u001b" not in run.output
+    assert "Traceback" not in run.stderr
+    assert run.seconds < 600, run.seconds  # far below vllm_serving_ready_timeout (900 s)
+    print(f"\ndeploy of a vLLM that dies at start stopped after {run.seconds:.0f} s")
+
+
+@pytest.mark.timeout(1500)
+def test_a_healthy_server_whose_requests_fail_fails_the_deploy(local_stack, tmp_path):
+    """/health answers 200 while every chat completion fails (a chat template that raises):
+    the deploy's last check sends one real request and stops, naming what vLLM answered."""
+    broken = tmp_path / "template-model"
+    shutil.copytree(ensure_tiny_model(), broken)
+    (broken / "chat_template.jinja").write_text(
+        "{{ raise_exception('sparkops: broken template') }}"
+    )
+    config = broken / "tokenizer_config.json"
+    settings = json.loads(config.read_text())
+    settings.pop("chat_template", None)
+    config.write_text(json.dumps(settings))
+    inventory, port, _ = local_stack("requests-fail", vllm_serving_model_dir=str(broken))
+    run, _ = run_deploy(inventory)
+    assert run.rc != 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as resp:
+        assert resp.status == 200  # healthy, yet unusable
+    assert "/health answers 200 but a chat completion for 'tiny' failed: 400" in run.text
+    assert "broken template" in run.text
+    assert API_KEY not in run.output
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.timeout(600)
+def test_too_small_a_dev_shm_and_a_missing_model_stop_before_any_change(local_stack, tmp_path):
+    """The start-up needs are checked before anything is written: /dev/shm (this machine's,
+    against a bar above it) and the local model folder."""
+    inventory, _, stack = local_stack("shm", vllm_serving_min_shm_mib=10**9)
+    run, changed = run_deploy(inventory)
+    assert run.rc != 0 and changed == 0
+    assert re.search(r"/dev/shm on localhost has \d+ MiB free of \d+ MiB", run.text)
+    assert "mount -o remount,size=" in run.text
+    assert not stack.exists()
+    inventory, _, stack = local_stack("nomodel", vllm_serving_model_dir=str(tmp_path / "none"))
+    run, changed = run_deploy(inventory)
+    assert run.rc != 0 and changed == 0
+    assert f"has no {tmp_path / 'none'}/config.json" in run.text
+    assert not stack.exists()
+
+
+@pytest.mark.timeout(600)
+def test_check_mode_on_a_host_never_deployed_shows_the_first_deploy(local_stack):
+    """--check before the first deploy: nothing to start yet, so it says what a first deploy
+    would do and changes nothing."""
+    inventory, _, stack = local_stack("check")
+    run = run_playbook(
+        "deploy.yml", inventory, "-e", "ansible_become=false", check=True, diff=True,
+        inherit_env=False, cwd=REPO / "ansible", timeout=600,
+    )  # fmt: skip
+    assert run.rc == 0, run.stdout[-4000:]
+    assert "would start the compose project in" in run.text
+    assert "Could not find" not in run.output and "Traceback" not in run.output
+    assert not stack.exists()

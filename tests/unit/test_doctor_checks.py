@@ -28,6 +28,7 @@ ALL = [
     "memory_headroom",
     "vllm_healthy",
     "vllm_container",
+    "vllm_answers",
     "gpu_power_state",
     "prefix_caching_hash_algo",
     "kv_cache_headroom",
@@ -75,6 +76,7 @@ def healthy_facts() -> dict:
         "metrics": METRICS_FILTER(METRICS),
         "xxhash": {"rc": 0, "stdout": "3.5.0\n", "stderr": ""},
         "disk": {"rc": 0, "stdout": str(500 << 30)},
+        "ready": {"health": 200, "answered": True, "model": "gemma", "reply": "It works."},
     }
 
 
@@ -99,6 +101,7 @@ def test_a_fit_spark_passes_every_check_with_no_fix():
     assert found["memory_headroom"]["detail"] == "100.0 GiB available (this host needs 8)"
     assert found["xxhash_importable"]["detail"] == "xxhash 3.5.0 in sparkops-vllm-1"
     assert found["vllm_container"]["detail"] == "sparkops-vllm-1: running, health healthy"
+    assert found["vllm_answers"]["detail"] == "gemma answered 'It works.'"
     assert found["output_disk_space"]["detail"] == "500.0 GiB free for /var/lib/sparkops (needs 20)"
 
 
@@ -341,3 +344,24 @@ def test_every_check_has_a_fix_when_it_fails():
     assert summary["ok"] is False
     assert [c["name"] for c in summary["checks"]] == ALL
     assert all(not c["ok"] and c["fix"] for c in summary["checks"]), summary
+
+
+def test_a_healthy_server_whose_requests_fail_fails_vllm_answers_with_the_problem():
+    problem = "/health answers 200 but a chat completion for 'gemma' failed: 500 boom"
+    facts = healthy_facts() | {"ready": {"health": 200, "answered": False, "problem": problem}}
+    summary = preflight(facts, SETTINGS)
+    found = by_name(summary)
+    assert summary["ok"] is False
+    assert [name for name, c in found.items() if not c["ok"]] == ["vllm_answers"]
+    assert found["vllm_answers"]["detail"] == problem
+    assert "logs.yml" in found["vllm_answers"]["fix"]
+
+
+def test_a_container_in_its_health_start_period_is_not_sent_to_restart_while_health_is_200():
+    starting = {"Status": "running", "Running": True, "Health": {"Status": "starting"}}
+    facts = healthy_facts() | {"container": {"exists": True, "container": {"State": starting}}}
+    found = by_name(preflight(facts, SETTINGS))
+    assert found["vllm_container"]["ok"] is True
+    assert "start period" in found["vllm_container"]["detail"]
+    down = facts | {"health": {"status": 503}}
+    assert by_name(preflight(down, SETTINGS))["vllm_container"]["ok"] is False

@@ -101,18 +101,50 @@ def vllm_healthy(status: int, url: str) -> Check:
     )
 
 
+def vllm_answers(up: bool, ready: Mapping[str, Any]) -> Check:
+    """One real chat completion through the served model name came back with text.
+
+    /health answers 200 while every request fails in known cases (xxhash missing with
+    `--prefix-caching-hash-algo xxhash`, a hung engine, a broken chat template, a wrong key),
+    so a healthy server is not yet one that answers.
+    """
+    if not up:
+        return _check("vllm_answers", False, "vLLM is not answering /health", START_VLLM)
+    if ready.get("answered"):
+        detail = f"{ready.get('model')} answered {str(ready.get('reply') or '')!r}"
+        return _check("vllm_answers", True, detail, "")
+    problem = str(ready.get("problem") or "no chat completion was sent")
+    return _check(
+        "vllm_answers",
+        False,
+        problem,
+        "read the server's log (logs.yml) for the failing request, fix what it names, then "
+        "restart the serving stack (restart.yml)",
+    )
+
+
 def vllm_container(
-    name: str, probed: bool, exists: bool, state: Mapping[str, Any], error: str
+    name: str,
+    probed: bool,
+    exists: bool,
+    state: Mapping[str, Any],
+    error: str,
+    answering: bool = False,
 ) -> Check:
     """The serving container runs and is healthy (or has no health check).
 
     `probed` is whether Docker could be asked at all; when it could not, the fix is about the
-    probe (Docker down, python3-requests missing), not about the stack.
+    probe (Docker down, python3-requests missing), not about the stack. Docker's own health
+    check reads "starting" for its start period after a deploy; while /health already answers
+    200 (`answering`) that container is up, not one to restart.
     """
     health = (state.get("Health") or {}).get("Status") or "none"
-    ok = bool(state.get("Running")) and health in ("healthy", "none")
+    fine = ("healthy", "none", "starting") if answering else ("healthy", "none")
+    ok = bool(state.get("Running")) and health in fine
     if exists:
         detail = f"{name}: {state.get('Status') or 'absent'}, health {health}"
+        if ok and health == "starting":
+            detail += " (Docker's check is in its start period; /health answers 200)"
     elif probed:
         detail = f"{name}: container absent"
     else:

@@ -116,8 +116,10 @@ def run_checks(facts: Mapping[str, Any], settings: Settings) -> list[Check]:
                 exists=bool(container.get("exists")),
                 state=(container.get("container") or {}).get("State") or {},
                 error=_text(container, "msg"),
+                answering=up,
             )
         )
+    found.append(checks.vllm_answers(up, facts.get("ready") or {}))
     found.append(checks.gpu_power_state(*gpu_verdict(facts.get("gpu"))))
     found.append(checks.prefix_caching_hash_algo(up, cache_config, settings.hash_algo))
     found.append(
