@@ -4,10 +4,17 @@ written."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
+import yaml
+
+from sparkops.render.settings import TOPOLOGY_OF
 from tests.plugins.cli import sparkops
 from tests.plugins.inventories import make_inventory
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _refused(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -32,3 +39,38 @@ def test_a_profile_with_a_yaml_syntax_error_names_the_file_and_line(tmp_path: Pa
         f"profile {bad} is not a YAML mapping (it holds a list); fix the profile file (the "
         "schema is sparkops/profiles/schema.py)"
     )
+
+
+def _with_vars(inventory: Path, **variables: object) -> Path:
+    serving = inventory / "group_vars" / "all" / "serving.yml"
+    data = yaml.safe_load(serving.read_text())
+    data.pop("vllm_serving_topology", None)
+    serving.write_text(yaml.safe_dump({**data, **variables}))
+    return inventory
+
+
+@pytest.mark.parametrize(
+    ("example", "variable", "word", "hint"),
+    [
+        ("single", "sparkops_topology", "singel", " (did you mean single?)"),
+        ("pipeline-ray", "sparkops_topology", "pair_pp", " (did you mean pair-pp?)"),
+        ("data-parallel", "vllm_serving_topology", "multidp", " (did you mean multi-dp?)"),
+        ("single", "sparkops_topology", "cluster", ""),
+    ],
+)
+def test_an_unknown_topology_is_refused_naming_the_valid_ones(
+    tmp_path: Path, example: str, variable: str, word: str, hint: str
+) -> None:
+    """A misspelt word used to render a single stack (exit 0), or to ask for one host."""
+    inventory = _with_vars(make_inventory(tmp_path / "inv", example), **{variable: word})
+    assert _refused("--inventory", str(inventory), cwd=tmp_path) == (
+        f"{variable} '{word}' is not a topology{hint}: set it to one of single, wsl2, local, "
+        "pair-dp, pair-pp, multi-dp in the inventory's group_vars"
+    )
+
+
+def test_every_example_inventory_names_every_topology_in_its_comment() -> None:
+    for path in sorted((REPO / "inventory").glob("*/group_vars/all/topology.yml")):
+        comment = path.read_text()
+        for word in TOPOLOGY_OF:
+            assert re.search(rf"\b{word}\b", comment.split("sparkops_topology:")[0]), (path, word)

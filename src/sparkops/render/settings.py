@@ -10,6 +10,7 @@ applies the roles'.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import warnings
 from typing import Literal
@@ -188,21 +189,35 @@ def topology_named(hostvars: dict) -> tuple[str, str]:
     return "sparkops_topology", str(hostvars.get("sparkops_topology", "single"))
 
 
+def _check_word(variable: str, word: str) -> None:
+    """Refuse a topology word the kit does not know (`singel`, `pair_pp`), naming the valid
+    ones and the closest: a misspelt word must not fall back to a single stack."""
+    if word in TOPOLOGY_OF or (
+        variable == "vllm_serving_topology" and word in DEPRECATED_TOPOLOGIES
+    ):
+        return
+    close = difflib.get_close_matches(word.replace("_", "-").lower(), TOPOLOGY_OF, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise UserError(
+        f"{variable} '{word}' is not a topology{hint}: set it to one of "
+        f"{', '.join(TOPOLOGY_OF)} in the inventory's group_vars"
+    )
+
+
 def serving_topology(hostvars: dict) -> str:
     """The serving shape vllm_serving_topology names if set, else the one sparkops_topology
-    implies, else single. An unknown word is returned as it is (plan_stack refuses it)."""
+    implies, else single. An unknown word is refused with the valid ones."""
     variable, word = topology_named(hostvars)
-    if variable == "vllm_serving_topology":
-        if word in DEPRECATED_TOPOLOGIES:
-            warnings.warn(
-                f"vllm_serving_topology: {word} is deprecated, write "
-                f"{DEPRECATED_TOPOLOGIES[word]}, as sparkops_topology does",
-                FutureWarning,
-                stacklevel=2,
-            )
-            return word
-        return TOPOLOGY_OF.get(word, word)
-    return TOPOLOGY_OF.get(word, "single")
+    _check_word(variable, word)
+    if variable == "vllm_serving_topology" and word in DEPRECATED_TOPOLOGIES:
+        warnings.warn(
+            f"vllm_serving_topology: {word} is deprecated, write "
+            f"{DEPRECATED_TOPOLOGIES[word]}, as sparkops_topology does",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return word
+    return TOPOLOGY_OF[word]
 
 
 PREFIXES: dict[str, type[BaseModel]] = {

@@ -195,9 +195,9 @@ def plan_stack(
     """Validate the inventory and profile, then decide what each serving host runs."""
     secrets = secrets or {}
     hosts = serving_hosts(inv)
+    topology = serving_topology(inv.hostvars[hosts[0]])  # first: a misspelt word says so
     parsed = {h: split_prefixed(h, inv.hostvars[h]) for h in hosts}
     first: ServingVars = parsed[hosts[0]]["vllm_serving_"]  # type: ignore[assignment]
-    topology = serving_topology(inv.hostvars[hosts[0]])
     profile = profile or load_profile(first.profile)
     _check_host_count(topology, hosts, topology_named(inv.hostvars[hosts[0]]))
     # The stage count, decided here once and handed on as a number (the rules, the command).
