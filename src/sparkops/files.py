@@ -12,12 +12,52 @@ plots that can be written again skip them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 from pathlib import Path
 from typing import Any
 
+from sparkops.errors import UserError
+
 PRIVATE = 0o600
+# Errors that mean "no room to write".
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class WriteFailed(UserError, OSError):
+    """A file could not be written: one line naming the file, the reason in words (a full
+    disk, a read-only file system, no permission) and the fix, never a traceback. Still an
+    OSError (with its errno), so a caller that words a full disk its own way can."""
+
+    def __init__(self, err: OSError, path: Path) -> None:
+        super().__init__(err.errno, err.strerror)
+        self.path = path
+        self.message = write_failure(err, path)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def write_failure(err: OSError, path: Path) -> str:
+    """Why `path` could not be written, and what to do about it."""
+    code = err.errno
+    if code in NO_SPACE:
+        fix = "free space on that disk (or raise the quota), then run the command again"
+    elif code == errno.EROFS:
+        return (
+            f"cannot write {path}: the file system is read-only; use a folder on a writable "
+            "disk (or remount it read-write)"
+        )
+    elif code in (errno.EACCES, errno.EPERM):
+        fix = "fix the folder's owner or mode, or use a folder you can write"
+    elif code == errno.EISDIR:
+        fix = "move that folder away"
+    elif code == errno.ENOENT:
+        fix = "create its folder (a symbolic link there may point nowhere)"
+    else:
+        fix = "check the disk and the folder"
+    return f"cannot write {path}: {os.strerror(code) if code else err}; {fix}"
 
 
 def open_private(path: Path, flags: int, mode: int = PRIVATE) -> int:
@@ -38,23 +78,29 @@ def write_atomic(
     """Replace `path` with `data` (str is written as UTF-8): temp file, rename.
 
     On any error the temporary file is removed and the previous `path` (if any) is left as it
-    was; the OSError (a full disk: ENOSPC) propagates for the caller to word.
+    was; an OSError (a full disk, a read-only file system) is raised as `WriteFailed`.
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC, mode)
+    try:
+        fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC, mode)
+    except OSError as err:
+        raise WriteFailed(err, path) from None
     try:
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view) :]
         if durable:
             os.fsync(fd)
-    except BaseException:
         os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.close(fd)
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise WriteFailed(err, path) from None
         raise
-    os.close(fd)
-    os.replace(tmp, path)
     if durable:
         fsync_dir(path.parent)
 

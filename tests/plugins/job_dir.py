@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkops.batch.journal import Manifest
+from sparkops.batch.jobdir import Manifest
 
 BASE: dict[str, Any] = {
     "pipeline_fingerprint": "p1",

@@ -14,9 +14,11 @@ from aiohttp import web
 
 from sparkops.batch.admission import Admission
 from sparkops.batch.connections import ConnectionRecycler, ConnectPacer
+from sparkops.batch.durable import iter_json_lines
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.engine import Engine, EngineConfig
-from sparkops.batch.journal import RESULTS, Journal, iter_results
+from sparkops.batch.jobdir import RESULTS
+from sparkops.batch.journal import Journal
 from sparkops.batch.records import Record
 from sparkops.pipeline.spec import parse_pipeline
 from tests.plugins.responder import serve
@@ -134,7 +136,7 @@ async def run(tmp_path, spec, n, concurrency, **cfg):
         await asyncio.wait_for(engine.run(records), 60)
         wall = time.monotonic() - t0
         journal.close()
-        return rec, list(iter_results(tmp_path / RESULTS)), wall
+        return rec, list(iter_json_lines(tmp_path / RESULTS)), wall
 
 
 def test_a_three_step_job_ramps_in_and_keeps_every_step_in_flight(tmp_path):

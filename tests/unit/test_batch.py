@@ -12,10 +12,12 @@ import json
 
 import pytest
 
+from sparkops.batch.durable import iter_json_lines
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig
 from sparkops.batch.job import JobConfig, run_job
-from sparkops.batch.journal import RESULTS, Journal, iter_results
+from sparkops.batch.jobdir import RESULTS
+from sparkops.batch.journal import Journal
 from sparkops.batch.records import InputProblem, Record, detect_kind, read_records, scan_input
 from sparkops.batch.retry import backoff_delay, is_retryable
 from sparkops.errors import UserError
@@ -133,7 +135,7 @@ async def run_engine(tmp_path, urls, records, concurrency=4):
     engine = Engine(EngineConfig(concurrency=concurrency, retry_for=30), pool, journal, SPEC)
     stats = await engine.run(iter(records))
     journal.close()
-    return stats, {r["id"]: r for r in iter_results(tmp_path / RESULTS)}, pool
+    return stats, {r["id"]: r for r in iter_json_lines(tmp_path / RESULTS)}, pool
 
 
 def _yes_to_go(key: str, body: dict) -> str:

@@ -18,19 +18,11 @@ import time
 
 import pytest
 
-from sparkops.batch import journal as journal_mod
+from sparkops.batch import durable
+from sparkops.batch.durable import dumps_line, iter_json_lines, write_all, write_json_atomic
 from sparkops.batch.endpoints import normalise_base
-from sparkops.batch.journal import (
-    MANIFEST,
-    RESULTS,
-    Journal,
-    dumps_line,
-    iter_results,
-    load_manifest,
-    prepare_dir,
-    write_all,
-    write_json_atomic,
-)
+from sparkops.batch.jobdir import MANIFEST, RESULTS, load_manifest, prepare_dir
+from sparkops.batch.journal import Journal
 from sparkops.batch.limits import RESERVE, ensure_open_files, fd_shortfall
 from sparkops.batch.lock import lock_holder, lock_job_dir
 from sparkops.batch.records import InputProblem, Record, detect_kind, read_records, scan_input
@@ -121,14 +113,14 @@ def test_short_writes_are_finished_into_whole_lines(tmp_path, monkeypatch):
         calls.append(len(data))
         return real_write(fd, bytes(data[:7]))  # the kernel may write less than asked
 
-    monkeypatch.setattr(journal_mod.os, "write", short_write)
+    monkeypatch.setattr(durable.os, "write", short_write)
     j = Journal(tmp_path, "id", fsync_interval=0)
     j.open()
     for i in range(5):
         j.append({"id": f"r{i}", "status": "done", "final": "yes" * i})
     j.close()
     monkeypatch.undo()
-    assert [o["id"] for o in iter_results(tmp_path / RESULTS)] == [f"r{i}" for i in range(5)]
+    assert [o["id"] for o in iter_json_lines(tmp_path / RESULTS)] == [f"r{i}" for i in range(5)]
     assert len(calls) > 5
 
 
@@ -145,7 +137,7 @@ def test_a_write_failing_part_way_leaves_whole_lines_and_stops_the_job(tmp_path,
             return real_write(fd, bytes(data[:5]))
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(journal_mod.os, "write", fill_up)
+    monkeypatch.setattr(durable.os, "write", fill_up)
     with pytest.raises(JobStopped, match=r"No space left on device; free space .* resume"):
         j.append({"id": "b", "status": "done"})
     monkeypatch.undo()
@@ -170,7 +162,7 @@ def test_atomic_json_write_keeps_the_old_file_when_the_disk_is_full(tmp_path, mo
     def full(fd, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(journal_mod.os, "write", full)
+    monkeypatch.setattr(durable.os, "write", full)
     with pytest.raises(JobStopped):
         write_json_atomic(path, {"v": 2})
     monkeypatch.undo()
@@ -185,7 +177,7 @@ def test_unreadable_manifest_without_results_is_regenerated(tmp_path, content):
     prepare_dir(job, manifest(), restart=False)
     (job / MANIFEST).write_bytes(content)
     prepare_dir(job, manifest(), restart=False)
-    assert load_manifest(job) == manifest().to_json()
+    assert load_manifest(job).to_json() == manifest().to_json()
 
 
 def test_unreadable_manifest_with_results_names_both_fixes(tmp_path):
@@ -428,7 +420,7 @@ def test_damaged_results_lines_are_skipped_and_their_records_resent(tmp_path):
         b"[1, 2]\n"  # JSON, but not a results line
         b'{"id":"c","status":"done"}\n'
     )
-    assert [o["id"] for o in iter_results(tmp_path / RESULTS)] == ["a", "c"]
+    assert [o["id"] for o in iter_json_lines(tmp_path / RESULTS)] == ["a", "c"]
     j = Journal(tmp_path, "id")
     j.open()
     assert j.done == {"a", "c"}

@@ -17,7 +17,7 @@ import sparkops
 from sparkops import cli
 from sparkops.batch.engine import EngineConfig
 from sparkops.batch.job import JobConfig
-from sparkops.batch.journal import prepare_dir
+from sparkops.batch.jobdir import prepare_dir
 from sparkops.batch.options import EngineSettings, job_config, job_fields, job_settings
 from sparkops.errors import UserError
 from tests.plugins.job_dir import manifest

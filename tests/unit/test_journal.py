@@ -7,7 +7,10 @@ import stat
 
 import pytest
 
-from sparkops.batch.journal import RESULTS, Journal, prepare_dir, repair_torn_tail
+from sparkops.batch import lines
+from sparkops.batch.durable import repair_torn_tail
+from sparkops.batch.jobdir import RESULTS, prepare_dir
+from sparkops.batch.journal import Journal
 from sparkops.errors import UserError
 from tests.plugins.job_dir import manifest
 
@@ -41,11 +44,11 @@ def test_journal_resumes_with_finished_ids_and_counts(tmp_path):
     assert prepare_dir(tmp_path / "job", manifest(), restart=False) is True
     j2 = Journal(tmp_path / "job", "id")
     j2.open()
-    assert j2.done == {"a", "b", "\x00line:7"}
+    assert j2.done == {"a", "b", lines.LineKey(7)}
     assert (j2.done_ok, j2.done_err) == (1, 2)
     j2.close()
-    lines = (tmp_path / "job" / RESULTS).read_text().splitlines()
-    assert [json.loads(x)["id"] for x in lines] == ["a", "b", None]
+    written = (tmp_path / "job" / RESULTS).read_text().splitlines()
+    assert [json.loads(x)["id"] for x in written] == ["a", "b", None]
 
 
 def test_files_are_private(tmp_path):
@@ -71,3 +74,17 @@ def test_changed_job_refuses_to_resume_unless_restart(tmp_path, change):
     (backup,) = job.glob("previous-*")
     assert json.loads((backup / RESULTS).read_text())["id"] == "a"  # kept, not deleted
     assert json.loads((job / "manifest.json").read_text()) == manifest(**change).to_json()
+
+
+def _line_error(obj):
+    return lines.outcome(obj).error
+
+
+def test_line_error_reads_pipeline_and_openai_lines():
+    assert _line_error({"status": "done"}) is None
+    assert _line_error({"status": "error", "error": "HTTP 401: no"}) == "HTTP 401: no"
+    ok = {"error": None, "response": {"status_code": 200, "body": {}}}
+    assert _line_error(ok) is None
+    http = {"error": None, "response": {"status_code": 400, "body": {"error": {"message": "m"}}}}
+    assert _line_error(http) == "HTTP 400: m"
+    assert _line_error({"error": {"code": "timeout", "message": "timed out"}}) == "timed out"

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from sparkops.batch import journal, openai_batch
+from sparkops.batch import lines, openai_batch
 from tests.plugins.openai_format import OutputLine, parse_line
 
 CHAT = {
@@ -54,7 +54,7 @@ def test_a_success_is_openai_s_line_with_a_string_request_id():
     assert parsed.custom_id == "c1" and parsed.id.startswith("batch_req_")
     assert parsed.response.status_code == 200 and parsed.response.request_id == "chatcmpl-1"
     assert body.choices[0].message.content == "yes" and parsed.error is None
-    assert openai_batch.is_ok(line)
+    assert lines.succeeded(line)
     # a server that gives no id, or a non-string one: still a string
     for given in (None, "", 12345):
         rid = openai_batch.output_line("c1", 3, 200, CHAT, None, given)["response"]["request_id"]
@@ -69,13 +69,13 @@ def test_an_http_error_keeps_the_server_s_body_in_response_with_error_null():
     parsed, _ = parse_line(roundtrip(line), "/v1/chat/completions")
     assert parsed.error is None
     assert parsed.response.status_code == 400 and parsed.response.body == VLLM_ERROR
-    assert not openai_batch.is_ok(line)
+    assert not lines.succeeded(line)
     # a 503 after the retries whose body was not JSON: an OpenAI-shaped error body
     line = openai_batch.output_line("c3", 5, 503, None, "gave up after 9 attempts: HTTP 503", None)
     parsed, _ = parse_line(roundtrip(line), "/v1/chat/completions")
     assert parsed.response.status_code == 503
     assert parsed.response.body["error"]["message"].startswith("gave up after 9 attempts")
-    assert not openai_batch.is_ok(line)
+    assert not lines.succeeded(line)
 
 
 @pytest.mark.parametrize(
@@ -92,16 +92,14 @@ def test_a_failure_without_an_http_answer_is_a_batch_error(status, message, code
     parsed, _ = parse_line(roundtrip(line), "/v1/chat/completions")
     assert parsed.response is None
     assert (parsed.error.code, parsed.error.message, parsed.error.line) == (code, message, 7)
-    assert not openai_batch.is_ok(line)
+    assert not lines.succeeded(line)
 
 
 def test_a_line_without_a_custom_id_is_keyed_by_its_input_line_for_resume():
     line = openai_batch.output_line(None, 9, 0, None, "line 9: not valid JSON", None)
     OutputLine.model_validate(line)
-    assert journal.line_key(line, "custom_id") == "\x00line:9"
-    assert journal.line_key(openai_batch.output_line("c", 9, 0, None, "x", None), "custom_id") == (
-        "c"
-    )
+    assert lines.outcome(line).key == lines.LineKey(9)
+    assert lines.outcome(openai_batch.output_line("c", 9, 0, None, "x", None)).key == "c"
 
 
 def test_embeddings_are_served_as_run_batch_serves_them():

@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from sparkops.batch.journal import Manifest, append_json, prepare_dir
+from sparkops.batch.durable import append_json
+from sparkops.batch.jobdir import Manifest, prepare_dir
 from sparkops.metrics.timeline import counter_increase, hit_rate, steady_window
 from sparkops.report.render import write_report
 

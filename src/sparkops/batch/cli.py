@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sparkops.batch.job import run_job
 from sparkops.batch.options import add_job_options, job_config, job_settings
-from sparkops.batch.status import job_status
+from sparkops.batch.status import job_status, status_line
 from sparkops.errors import JobStopped, UserError
 from sparkops.files import open_private
 from sparkops.privacy import redact
@@ -99,11 +99,5 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st, indent=2))
     else:
-        state = "complete" if st["complete"] else "incomplete"
-        if st["running_pid"]:
-            state += f", running (pid {st['running_pid']})"
-        print(
-            f"{args.dir}: {state}: {st['done']} done, {st['errors']} errors, "
-            f"{st['remaining']} remaining of {st['total']} ({st['runs']} run(s))"
-        )
+        print(status_line(args.dir, st))
     return 0

@@ -27,6 +27,7 @@ from sparkops.batch.checks import Checks
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.fate import Fates, RecordState, Stats
 from sparkops.batch.journal import Journal
+from sparkops.batch.lines import record_key
 from sparkops.batch.options import EngineSettings
 from sparkops.batch.outcome import Answer, Failure, Kind, Outcome, record_failure
 from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
@@ -224,7 +225,7 @@ class Engine:
         """A new input item: journal input problems, skip finished ids, else make it ready."""
         j = self.journal
         if isinstance(item, InputProblem):
-            key = item.id if item.id is not None else f"\x00line:{item.line}"
+            key = record_key(item.id, item.line)
             if key in j.done:
                 self.stats.skipped += 1
                 return None

@@ -22,27 +22,36 @@ from typing import Any
 import aiohttp
 
 from sparkops import local_stack, openai_http
-from sparkops.batch import openai_batch, serving, serving_record, stall
+from sparkops.batch import lines, serving, serving_record, stall
+from sparkops.batch.durable import append_json, write_json_atomic
 from sparkops.batch.endpoints import Endpoint, EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
-from sparkops.batch.journal import (
+from sparkops.batch.jobdir import (
     RESULTS,
     RUNS,
     TIMELINE,
-    Journal,
     Manifest,
-    append_json,
     check_out_dir,
-    iter_results,
+    drop_errors,
     prepare_dir,
-    write_json_atomic,
 )
+from sparkops.batch.journal import Journal
 from sparkops.batch.limits import ensure_open_files
 from sparkops.batch.lock import lock_job_dir
 from sparkops.batch.options import JobConfig
 from sparkops.batch.policy import POLICIES
 from sparkops.batch.progress import ProgressView
-from sparkops.batch.records import InputKind, detect_kind, read_records, scan_input
+from sparkops.batch.records import (
+    InputKind,
+    InputScan,
+    InputStamp,
+    Record,
+    check_encoding,
+    detect_kind,
+    read_records,
+    refuse_bad_input,
+    scan_input,
+)
 from sparkops.batch.retry import error_cause
 from sparkops.batch.stall import Change
 from sparkops.errors import Interrupted, JobStopped, UserError
@@ -56,6 +65,8 @@ PREFIX = "prefix.json"
 # The preflight's own requests are bounded: /v1/models must answer within this, and the
 # prefix probes (/tokenize, optional) share this budget, then the job runs without them.
 PREFLIGHT_TIMEOUT_S = 30.0
+# How often a running job checks that its input is unchanged (one stat).
+INPUT_WATCH_S = 0.5
 
 
 @dataclass
@@ -151,7 +162,13 @@ def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, InputKind, str | Non
         raise UserError(
             f"input {cfg.input} does not exist; pass --input with a JSONL, CSV or OpenAI batch file"
         )
-    kind = detect_kind(cfg.input)
+    kind = detect_kind(cfg.input, check_encoding(cfg.encoding))
+    if kind == "openai" and cfg.pipeline is not None:
+        raise UserError(
+            f"{cfg.input} is an OpenAI batch file (each line is a whole request), so "
+            "--pipeline does not apply; drop --pipeline, or pass records (JSONL with an id "
+            "field, or CSV) to run them through the pipeline"
+        )
     spec = load_pipeline(cfg.pipeline) if cfg.pipeline else None
     if spec is None and kind != "openai":
         raise UserError(
@@ -184,13 +201,10 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         stack = serving.read_stack_record(cfg.stack_record)
     else:
         stack = local_stack.find([normalise_base(u) for u in cfg.endpoints])
-    scan = scan_input(cfg.input, kind, cfg.id_field)
-    if scan.duplicates:
-        shown = ", ".join(f"{rid!r} (line {line})" for rid, line in scan.duplicates[:5])
-        raise UserError(
-            f"{len(scan.duplicates)} duplicate id(s) in {cfg.input}: {shown}; make every "
-            f"{cfg.id_field!r} unique (nothing was sent)"
-        )
+    scan = scan_input(cfg.input, kind, cfg.id_field, cfg.encoding)
+    refuse_bad_input(scan, cfg.input, kind, cfg.id_field)
+    if spec is not None:
+        _check_first_record(spec, cfg, kind, scan)
     manifest = Manifest(
         pipeline_fingerprint=spec.fingerprint() if spec else "openai-batch",
         input_fingerprint=scan.fingerprint,
@@ -198,6 +212,8 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         kind=kind,
         id_field=cfg.id_field,
         total=scan.total,
+        input_size=scan.stamp.size,
+        input_mtime_ns=scan.stamp.mtime_ns,
     )
     pool = EndpointPool.from_urls(cfg.endpoints, cfg.stall_after, cfg.sample_interval)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -209,12 +225,14 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         # one run per job directory (a second is refused naming this pid) until the end
         held.enter_context(lock_job_dir(cfg.out))
         resumed = prepare_dir(cfg.out, manifest, cfg.restart)
+        if cfg.retry_errors and (n := drop_errors(cfg.out)):
+            print(f"sparkops: sending {n} record(s) that ended in error again", file=sys.stderr)
         if prefix is not None:
             _write_json(cfg.out / PREFIX, prefix)
         journal = Journal(cfg.out, "custom_id" if kind == "openai" else "id", cfg.fsync_interval)
         journal.open()
         already = len(journal.done)
-        run = 1 + sum(1 for r in iter_results(cfg.out / RUNS) if r.get("event") == "start")
+        run = 1 + sum(1 for r in lines.run_events(cfg.out / RUNS) if r.event == "start")
         try:
             served = await _record_serving(side, pool, headers, cfg, run, manifest, stack, journal)
         except BaseException:
@@ -263,13 +281,19 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             return _sample_once(side, pool, headers, cfg, run, engine.stats, live, drift)
 
         sampler = asyncio.create_task(_sample_loop(sample, cfg.sample_interval, view))
+        watch = asyncio.create_task(_watch_input(cfg.input, scan.stamp, engine))
         try:
             with view:
-                await engine.run(read_records(cfg.input, kind, cfg.id_field))
+                await engine.run(
+                    read_records(cfg.input, kind, cfg.id_field, cfg.encoding, scan.stamp.size)
+                )
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+            for task in (sampler, watch):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if engine.stop_reason is None and (change := scan.stamp.change(cfg.input)):
+                engine.stop_reason = _input_changed(change)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(sample(), FINAL_SAMPLE_S)
             journal.close()
@@ -307,32 +331,58 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     )
 
 
+def _input_changed(change: str) -> Stop:
+    return Stop(
+        "input-changed",
+        f"{change} while the job ran; the input is fixed for a job: restore it and run the "
+        "same command to resume, or pass --restart (or a new --out DIR) to run the new input",
+    )
+
+
+async def _watch_input(path: Path, stamp: InputStamp, engine: Engine) -> None:
+    """Stop the job (exit 1, resumable) when its input changes under it: lines appended
+    would be records the manifest does not count, a truncated input records that vanish."""
+    while True:
+        await asyncio.sleep(INPUT_WATCH_S)
+        if (change := stamp.change(path)) is not None:
+            engine.stop(_input_changed(change))
+            return
+
+
+def _check_first_record(
+    spec: PipelineSpec, cfg: JobConfig, kind: InputKind, scan: InputScan
+) -> None:
+    """A field a step's template names but the first record lacks is the pipeline's or the
+    input's mistake, not that record's: one line, exit 2, before any request (otherwise
+    every record fails the same way)."""
+    first = next(
+        (
+            item
+            for item in read_records(cfg.input, kind, cfg.id_field, cfg.encoding, scan.stamp.size)
+            if isinstance(item, Record)
+        ),
+        None,
+    )
+    if first is None:
+        return
+    for step in spec.steps:
+        missing = [f for f in step.fields if f not in first.fields]
+        if missing:
+            fields = ", ".join(first.fields) or "none"
+            raise UserError(
+                f"step {step.name!r} uses field(s) {missing} that the records of "
+                f"{cfg.input} lack (line {first.line} has: {fields}); fix the step's user "
+                "template or the input (nothing was sent)"
+            )
+
+
 def _job_causes(path: Path) -> Counter[str]:
     """Every error line of the job (all runs) by cause: what the summary names."""
     causes: Counter[str] = Counter()
-    for obj in iter_results(path):
-        message = _line_error(obj)
-        if message is not None:
-            causes[error_cause(message)] += 1
+    for result in lines.outcomes(path):
+        if result.error is not None:
+            causes[error_cause(result.error)] += 1
     return causes
-
-
-def _line_error(obj: dict[str, Any]) -> str | None:
-    """The error a results line records (pipeline or OpenAI batch line), None for a success."""
-    if "status" in obj:
-        return None if obj["status"] == "done" else str(obj.get("error") or "error")
-    if openai_batch.is_ok(obj):
-        return None
-    error = obj.get("error")
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("code") or "error")
-    response = obj.get("response")
-    if not isinstance(response, dict):
-        response = {}
-    body = response.get("body")
-    detail = body.get("error") if isinstance(body, dict) else None
-    message = detail.get("message") if isinstance(detail, dict) else None
-    return f"HTTP {response.get('status_code')}: {message or ''}".rstrip(": ")
 
 
 async def _preflight(

@@ -14,8 +14,10 @@ import fcntl
 import os
 from pathlib import Path
 
-from sparkops.batch.journal import LOCK, ensure_job_dir, open_private
+from sparkops.batch.durable import stop_on_full_disk
+from sparkops.batch.jobdir import LOCK, ensure_job_dir
 from sparkops.errors import UserError
+from sparkops.files import open_private
 
 
 class JobLock:
@@ -46,7 +48,10 @@ def lock_job_dir(directory: Path) -> JobLock:
     """Create or check the job directory and lock it, or refuse naming the holder's pid."""
     ensure_job_dir(directory)
     path = directory / LOCK
-    fd = open_private(path, os.O_RDWR)
+    try:
+        fd = open_private(path, os.O_RDWR)
+    except OSError as err:  # a read-only or foreign folder: one line naming it
+        raise stop_on_full_disk(err, path) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

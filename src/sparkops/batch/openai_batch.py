@@ -23,6 +23,7 @@ a side file, `openai-meta.jsonl`, one line per finished request, written right a
 results line: exactly once rests on `results.jsonl` alone (one write per record), and a kill
 between the two writes loses at most one record's timing, never a record. The report reads
 its times and token counts from the side file; status and resume read `results.jsonl` only.
+Whether a line is a success is read by batch/lines.py (`outcome`), as for every results line.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-META = "openai-meta.jsonl"
+from sparkops.batch.durable import dumps_line, fsync_fd, open_append, write_all
+from sparkops.batch.jobdir import META
 
 
 def is_success(status: int, body: Any, error: str | None) -> bool:
@@ -95,26 +97,6 @@ def _error_object(status: int, message: str | None, line: int) -> dict[str, Any]
     return {"code": code, "message": text, "line": line}
 
 
-def is_ok(obj: dict[str, Any]) -> bool:
-    """Whether an OpenAI batch output line is a success (an HTTP error line has `error: null`
-    but a non-2xx `response.status_code`)."""
-    if obj.get("error") is not None:
-        return False
-    response = obj.get("response")
-    if not isinstance(response, dict):
-        return False
-    code = response.get("status_code")
-    return isinstance(code, int) and 200 <= code < 300
-
-
-def input_line(obj: dict[str, Any]) -> int | None:
-    """The input line an output line covers, when it says (failures without an answer do)."""
-    error = obj.get("error")
-    if isinstance(error, dict) and isinstance(error.get("line"), int):
-        return error["line"]
-    return None
-
-
 def meta_line(
     custom_id: str | None,
     line: int,
@@ -152,7 +134,7 @@ def meta_line(
 class MetaWriter:
     """Appends meta lines to the job's side file (opened on first use, 0600).
 
-    Written like results.jsonl (journal.write_all: short writes finished, a full disk stops
+    Written like results.jsonl (durable.write_all: short writes finished, a full disk stops
     the job with one line), and fsynced when the run ends.
     """
 
@@ -161,18 +143,14 @@ class MetaWriter:
         self._fd: int | None = None
 
     def append(self, obj: dict[str, Any]) -> None:
-        from sparkops.batch import journal  # journal imports this module
-
         if self._fd is None:
-            self._fd = journal.open_private(self.path, os.O_WRONLY | os.O_APPEND)
-        journal.write_all(self._fd, journal.dumps_line(obj), self.path)
+            self._fd = open_append(self.path)
+        write_all(self._fd, dumps_line(obj), self.path)
 
     def close(self) -> None:
         if self._fd is not None:
-            from sparkops.batch import journal
-
             fd, self._fd = self._fd, None
             try:
-                journal.fsync_fd(fd, self.path)
+                fsync_fd(fd, self.path)
             finally:
                 os.close(fd)

@@ -168,6 +168,23 @@ class JobConfig(EngineSettings):
         Field(description="start over; old files kept in DIR/previous-*/"),
         Flag("--restart"),
     ] = False
+    retry_errors: Annotated[
+        bool,
+        Field(
+            description="send the records that ended in error again (after fixing their "
+            "cause); their old lines are kept in DIR/previous-*/"
+        ),
+        Flag("--retry-errors"),
+    ] = False
+    encoding: Annotated[
+        str,
+        Field(
+            min_length=1,
+            description="the input's text encoding (cp1252 for a CSV saved by Excel on "
+            "Windows); a byte that is not in it stops the job before any request",
+        ),
+        Flag("--encoding", metavar="NAME"),
+    ] = "utf-8"
     sample_interval: Annotated[
         Seconds,
         Field(description="seconds between /metrics samples"),

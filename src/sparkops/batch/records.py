@@ -4,23 +4,27 @@ Inputs can hold half a million records, so they are read line by line and never 
 whole. A bad line (not JSON, no id) does not stop the job: it becomes an `InputProblem`
 with its line number, which the journal writes as that record's error.
 
-Files are read as "utf-8-sig": a byte-order mark (Excel and Notepad write one) is not part
-of the first line, so record 1 is not an error and an OpenAI batch file is still one.
+Files are read as bytes and decoded strictly (UTF-8 unless `--encoding` says otherwise): a
+byte-order mark is not part of the first line, and a byte that is not in the encoding is one
+line naming its place and the fix, before any request.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from sparkops.errors import UserError
 
 InputKind = Literal["jsonl", "csv", "openai"]
+UTF8 = "utf-8"
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,61 +43,128 @@ class InputProblem:
     line: int
     message: str
     id: str | None = None
+    # "unreadable" (not JSON, not an object), "no-id", or "invalid" (the rest)
+    reason: Literal["unreadable", "no-id", "invalid"] = "invalid"
 
 
-def detect_kind(path: Path) -> InputKind:
+def detect_kind(path: Path, encoding: str = UTF8) -> InputKind:
     """csv by extension; JSONL whose first object has custom_id+body is an OpenAI batch file."""
     if path.suffix.lower() == ".csv":
         return "csv"
-    with path.open("r", encoding="utf-8-sig", errors="replace") as fh:
-        for raw in fh:
-            if raw.strip():
-                try:
-                    first = json.loads(raw)
-                except ValueError:
-                    return "jsonl"
-                if isinstance(first, dict) and "custom_id" in first and "body" in first:
-                    return "openai"
+    for _, raw in _lines(path, encoding):
+        if raw.strip():
+            try:
+                first = json.loads(raw)
+            except ValueError:
                 return "jsonl"
+            if isinstance(first, dict) and "custom_id" in first and "body" in first:
+                return "openai"
+            return "jsonl"
     return "jsonl"
 
 
+def _lines(path: Path, encoding: str, limit: int | None = None) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of `path`, decoded strictly, streaming.
+
+    Read as bytes so that a byte that is not `encoding` stops the job before any request,
+    naming its line and offset (never U+FFFD in an id or a prompt), and so that reading ends
+    at `limit` bytes: the size the job recorded, so lines appended while it runs are not read
+    (the job notices the change and stops, batch/job.py). A UTF-8 byte-order mark (Excel and
+    Notepad write one) is not part of line 1.
+    """
+    with path.open("rb") as fh:
+        offset = 0
+        for n, raw in enumerate(fh, start=1):
+            if limit is not None:
+                if offset >= limit:
+                    return
+                raw = raw[: limit - offset]
+                if not raw.endswith(b"\n") and offset + len(raw) < limit:
+                    return  # the file shrank under the job: half a line is not a record
+            start = 3 if n == 1 and encoding == UTF8 and raw.startswith(_BOM) else 0
+            try:
+                text = raw[start:].decode(encoding)
+            except UnicodeDecodeError as err:
+                raise UserError(
+                    _encoding_message(
+                        path, n, offset + start + err.start, raw[start + err.start], encoding
+                    )
+                ) from None
+            offset += len(raw)
+            yield n, text
+
+
+def _encoding_message(path: Path, line: int, offset: int, byte: int, encoding: str) -> str:
+    if encoding == UTF8:
+        return (
+            f"{path} is not UTF-8: line {line}, byte {offset} (0x{byte:02x}) is not valid "
+            "UTF-8 (nothing was sent); if Excel or Windows saved it, pass --encoding cp1252 "
+            f"(or the encoding it was saved in), or convert it: iconv -f cp1252 -t utf-8 "
+            f"{path.name} > {path.stem}.utf8{path.suffix}"
+        )
+    return (
+        f"{path} is not {encoding}: line {line}, byte {offset} (0x{byte:02x}) has no character "
+        "in that encoding (nothing was sent); pass the --encoding it was saved in"
+    )
+
+
+def check_encoding(encoding: str) -> str:
+    """The codec name for --encoding, or one line naming the fix."""
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        raise UserError(
+            f"unknown --encoding {encoding!r}; use a Python codec name such as utf-8 or cp1252"
+        ) from None
+
+
 def read_records(
-    path: Path, kind: InputKind, id_field: str = "id"
+    path: Path,
+    kind: InputKind,
+    id_field: str = "id",
+    encoding: str = UTF8,
+    limit: int | None = None,
 ) -> Iterator[Record | InputProblem]:
-    """Yield records (or problems) in file order, streaming."""
+    """Yield records (or problems) in file order, streaming (`limit`: bytes to read)."""
     if not path.is_file():
         raise UserError(f"input {path} does not exist; pass --input with a JSONL or CSV file")
+    lines = _lines(path, encoding, limit)
     if kind == "csv":
-        yield from _read_csv(path, id_field)
+        yield from _read_csv(path, id_field, lines)
     else:
-        yield from _read_jsonl(path, "custom_id" if kind == "openai" else id_field, kind)
+        yield from _read_jsonl(path, "custom_id" if kind == "openai" else id_field, kind, lines)
 
 
-def _read_jsonl(path: Path, id_field: str, kind: InputKind) -> Iterator[Record | InputProblem]:
-    with path.open("r", encoding="utf-8-sig", errors="replace") as fh:
-        for n, raw in enumerate(fh, start=1):
-            if not raw.strip():
+def _read_jsonl(
+    path: Path, id_field: str, kind: InputKind, lines: Iterator[tuple[int, str]]
+) -> Iterator[Record | InputProblem]:
+    for n, raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as err:
+            yield InputProblem(n, f"line {n}: not valid JSON ({err.msg})", reason="unreadable")
+            continue
+        if not isinstance(obj, dict):
+            yield InputProblem(n, f"line {n}: expected a JSON object", reason="unreadable")
+            continue
+        rid = obj.get(id_field)
+        if rid is None or rid == "":
+            fix = (
+                "give every record an id"
+                if kind == "openai"
+                else "give every record an id, or pass --id-field NAME"
+            )
+            yield InputProblem(n, f"line {n}: no {id_field!r} field; {fix}", reason="no-id")
+            continue
+        rid = str(rid)
+        if kind == "openai":
+            problem = _check_openai(obj, n)
+            if problem:
+                yield InputProblem(n, problem, rid)
                 continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as err:
-                yield InputProblem(n, f"line {n}: not valid JSON ({err.msg})")
-                continue
-            if not isinstance(obj, dict):
-                yield InputProblem(n, f"line {n}: expected a JSON object")
-                continue
-            rid = obj.get(id_field)
-            if rid is None or rid == "":
-                yield InputProblem(n, f"line {n}: no {id_field!r} field; give every record an id")
-                continue
-            rid = str(rid)
-            if kind == "openai":
-                problem = _check_openai(obj, n)
-                if problem:
-                    yield InputProblem(n, problem, rid)
-                    continue
-            yield Record(rid, n, obj)
+        yield Record(rid, n, obj)
 
 
 # What an OpenAI batch line may ask for (OpenAI's and `vllm run-batch`'s endpoints).
@@ -113,60 +184,149 @@ def _check_openai(obj: dict[str, Any], n: int) -> str | None:
     return None
 
 
-def _read_csv(path: Path, id_field: str) -> Iterator[Record | InputProblem]:
-    with path.open("r", encoding="utf-8-sig", errors="replace", newline="") as fh:
-        reader = csv.DictReader(fh)
-        if reader.fieldnames is None or id_field not in reader.fieldnames:
-            raise UserError(
-                f"CSV {path} has no {id_field!r} column (columns: {reader.fieldnames}); "
-                "pass --id-field NAME"
+def _read_csv(
+    path: Path, id_field: str, lines: Iterator[tuple[int, str]]
+) -> Iterator[Record | InputProblem]:
+    reader = csv.DictReader(text for _, text in lines)
+    if reader.fieldnames is None:
+        raise UserError(
+            f"CSV {path} is empty (no header row); pass a CSV with a header and records"
+        )
+    if id_field not in reader.fieldnames:
+        raise UserError(
+            f"CSV {path} has no {id_field!r} column (columns: {', '.join(reader.fieldnames)}); "
+            "pass --id-field NAME"
+        )
+    for row in reader:
+        n = reader.line_num
+        if None in row:
+            yield InputProblem(
+                n, f"line {n}: more values than header columns", row.get(id_field) or None
             )
-        for row in reader:
-            n = reader.line_num
-            if None in row:
-                yield InputProblem(
-                    n, f"line {n}: more values than header columns", row.get(id_field) or None
-                )
-                continue
-            rid = row.get(id_field)
-            if not rid:
-                yield InputProblem(n, f"line {n}: empty {id_field!r}; give every record an id")
-                continue
-            yield Record(rid, n, dict(row))
+            continue
+        rid = row.get(id_field)
+        if not rid:
+            yield InputProblem(
+                n, f"line {n}: empty {id_field!r}; give every record an id", reason="no-id"
+            )
+            continue
+        yield Record(rid, n, dict(row))
+
+
+@dataclass(frozen=True)
+class InputStamp:
+    """What the job read: the input's size, modification time and inode. The input is fixed
+    for a run: a change under it (lines appended, truncated, emptied, replaced) stops the
+    job, and a resume on a changed input is refused (the fingerprint differs)."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> InputStamp:
+        st = path.stat()
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino)
+
+    def change(self, path: Path) -> str | None:
+        """How `path` differs from this stamp ("input X grew ..."), or None."""
+        try:
+            now = InputStamp.of(path)
+        except OSError:
+            return f"input {path} was deleted or moved"
+        if now == self:
+            return None
+        if now.inode != self.inode:
+            what = "was replaced by another file"
+        elif now.size > self.size:
+            what = f"grew from {self.size} to {now.size} bytes (lines appended)"
+        elif now.size < self.size:
+            what = f"shrank from {self.size} to {now.size} bytes (truncated or emptied)"
+        else:
+            what = "was rewritten (same size, new modification time)"
+        return f"input {path} {what}"
 
 
 @dataclass(frozen=True)
 class InputScan:
-    """What a first streaming pass learns: size, fingerprint, duplicates."""
+    """What a first streaming pass learns: size, fingerprint, duplicates, missing ids."""
 
     total: int
     fingerprint: str
     duplicates: list[tuple[str, int]]
+    stamp: InputStamp
+    no_id: list[int] = field(default_factory=list)  # lines without a readable id
+    unreadable: list[int] = field(default_factory=list)  # lines that are not a JSON object
+    first_fields: list[str] | None = None  # the first record's field names, for the message
 
 
-def scan_input(path: Path, kind: InputKind, id_field: str) -> InputScan:
+def scan_input(path: Path, kind: InputKind, id_field: str, encoding: str = UTF8) -> InputScan:
     """Count records, hash the file and find duplicate ids, in one streaming pass.
 
     Run before any request: a duplicated id would make "exactly once" ambiguous, so the
     job is refused up front rather than half-way through. Every id that can be read counts,
-    including those of lines that will become record errors.
+    including those of lines that will become record errors. The stamp is taken before and
+    after: a file still being written is refused rather than half read.
     """
+    stamp = InputStamp.of(path)
     digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
+        left = stamp.size
+        while left > 0 and (chunk := fh.read(min(1 << 20, left))):
             digest.update(chunk)
+            left -= len(chunk)
     seen: set[str] = set()
     dups: list[tuple[str, int]] = []
+    no_id: list[int] = []
+    unreadable: list[int] = []
+    first_fields: list[str] | None = None
     total = 0
-    for item in read_records(path, kind, id_field):
+    for item in read_records(path, kind, id_field, encoding, stamp.size):
         total += 1
+        if first_fields is None and isinstance(item, Record):
+            first_fields = list(item.fields)
         # A malformed line that carries an id (a CSV row with an extra value, an OpenAI line
         # that fails validation) is journalled under that id, so it counts: left out, it
         # would make a real record with the same id look "already finished".
-        if item.id is None:
+        rid = item.id
+        if rid is None:
+            missing = isinstance(item, InputProblem) and item.reason == "no-id"
+            (no_id if missing else unreadable).append(item.line)
             continue
-        if item.id in seen:
-            dups.append((item.id, item.line))
+        if rid in seen:
+            dups.append((rid, item.line))
         else:
-            seen.add(item.id)
-    return InputScan(total, digest.hexdigest()[:16], dups)
+            seen.add(rid)
+    if (change := stamp.change(path)) is not None:
+        raise UserError(
+            f"{change} while it was read; run again once the file is complete (nothing was sent)"
+        )
+    return InputScan(total, digest.hexdigest()[:16], dups, stamp, no_id, unreadable, first_fields)
+
+
+def refuse_bad_input(scan: InputScan, path: Path, kind: InputKind, id_field: str) -> None:
+    """Refuse, before any request, an input whose records cannot each be journalled once:
+    no records, duplicate ids, an OpenAI batch line without a custom_id or unreadable (its
+    output line would need `custom_id: null`, which OpenAI's and vLLM's schemas reject), or
+    ids missing from half the records or more (the wrong --id-field, not bad records)."""
+    if scan.total == 0:
+        raise UserError(f"input {path} holds no records (it is empty); pass a file with records")
+    if scan.duplicates:
+        shown = ", ".join(f"{rid!r} (line {line})" for rid, line in scan.duplicates[:5])
+        raise UserError(
+            f"{len(scan.duplicates)} duplicate id(s) in {path}: {shown}; make every "
+            f"{'custom_id' if kind == 'openai' else id_field!r} unique (nothing was sent)"
+        )
+    if kind == "openai" and (bad := sorted(scan.no_id + scan.unreadable)):
+        shown = ", ".join(str(n) for n in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        raise UserError(
+            f"{len(bad)} line(s) of the OpenAI batch file {path} have no custom_id or are not "
+            f"a JSON object (line {shown}); fix or remove them (nothing was sent)"
+        )
+    if kind != "openai" and scan.no_id and 2 * len(scan.no_id) >= scan.total:
+        fields = ", ".join(scan.first_fields or []) or "none"
+        raise UserError(
+            f"{len(scan.no_id)} of {scan.total} records in {path} have no {id_field!r} "
+            f"(first: line {scan.no_id[0]}; a record's fields: {fields}); pass --id-field "
+            "NAME with the field that holds each record's id (nothing was sent)"
+        )

@@ -22,7 +22,8 @@ from typing import Any
 
 from sparkops.batch.endpoints import normalise_base
 from sparkops.batch.job import JobConfig, run_job
-from sparkops.batch.journal import RESULTS, TIMELINE, iter_results
+from sparkops.batch.durable import iter_json_lines
+from sparkops.batch.jobdir import RESULTS, TIMELINE
 from sparkops.bench.plots import write_plots
 from sparkops.bench.sweep import (
     LEVEL_ONE_RECORDS,
@@ -127,7 +128,7 @@ def sample_input(source: Path, count: int, out: Path) -> Path:
 
 
 def read_lines(path: Path) -> list[dict]:
-    return list(iter_results(path))
+    return list(iter_json_lines(path))
 
 
 def run_sweep(cfg: SweepConfig) -> SweepResult:

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkops.batch.jobdir import RESULTS
+from sparkops.batch.lines import outcome
 from sparkops.errors import UserError
-
-RESULTS = "results.jsonl"
 
 
 @dataclass(frozen=True)
@@ -60,13 +60,14 @@ def load_run(run: Path) -> RunDecisions:
             raise UserError(
                 f"{path} line {number} has no 'id': pass a sparkops batch results.jsonl"
             )
-        if obj.get("status", "done") != "done" or obj.get("final") is None:
+        result = outcome({"status": "done", **obj})  # a line without status: a decision
+        if result.final is None:
             errors += 1
             continue
         key = str(obj["id"])
         if key in decisions:
             duplicates += 1
-        decisions[key] = str(obj["final"])
+        decisions[key] = result.final
     return RunDecisions(path=path, decisions=decisions, errors=errors, duplicates=duplicates)
 
 

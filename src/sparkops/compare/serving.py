@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch.journal import iter_results
-from sparkops.batch.serving import SERVING
+from sparkops.batch.durable import iter_json_lines
+from sparkops.batch.jobdir import SERVING
 from sparkops.batch.serving_record import Change, diff
 
 # GPU fields that describe the hardware and its software, not the moment (clocks, pstate).
@@ -37,7 +37,7 @@ def load_setup(run: Path) -> Setup | None:
     """The setup of a run directory (or of the directory of its results.jsonl); None when
     the run has no serving record (made before the kit kept one)."""
     directory = run if run.is_dir() else run.parent
-    lines = [x for x in iter_results(directory / SERVING) if isinstance(x, dict)]
+    lines = [x for x in iter_json_lines(directory / SERVING) if isinstance(x, dict)]
     starts = [x for x in lines if x.get("event") == "start"]
     if not starts:
         return None

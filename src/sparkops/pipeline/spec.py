@@ -82,12 +82,25 @@ class StepSpec(BaseModel):
     @field_validator("user")
     @classmethod
     def _simple_fields(cls, v: str) -> str:
-        for field in template_fields(v):
+        fields = template_fields(v)
+        for field in fields:
             if not _FIELD_NAME.match(field):
                 raise ValueError(
                     f"placeholder {{{field}}} is not a plain record field name; "
                     "use {fieldname} (no attribute access, indexing or format specs)"
                 )
+        if not fields:
+            # every record would be sent the same prompt: no record text reaches the model
+            hint = (
+                " (user: is the template itself, not a file name, unlike system:)"
+                if looks_like_path(v)
+                else ""
+            )
+            raise ValueError(
+                f"the user template {v.strip()[:60]!r} names no record field, so every record "
+                f"would get the same prompt{hint}; put the record's fields in it, e.g. "
+                "'Note: {text}'"
+            )
         return v
 
     @property
@@ -224,12 +237,18 @@ def _resolve_system(text: str, base: Path) -> str:
     candidate = (base / Path(text.strip()).expanduser()).resolve()
     if candidate.is_file():
         try:
-            return candidate.read_text(encoding="utf-8-sig")
+            prompt = candidate.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as err:
             reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
             raise UserError(
                 f"system prompt file {candidate} cannot be read ({reason}); fix the file"
             ) from None
+        if not prompt.strip():
+            raise UserError(
+                f"system prompt file {candidate} is empty; write the step's instructions in "
+                "it (or drop system: from the step)"
+            )
+        return prompt
     where = "is a folder, not a file" if candidate.is_dir() else "was not found"
     raise UserError(
         f"system: {text.strip()!r} names a prompt file, but {candidate} {where}; create the "

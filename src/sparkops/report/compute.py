@@ -14,16 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch import openai_batch, stall
-from sparkops.batch.journal import (
-    RESULTS,
-    RUNS,
-    TIMELINE,
-    iter_results,
-    load_manifest,
-    read_json_file,
-)
-from sparkops.batch.serving import SERVING
+from sparkops.batch import lines, stall
+from sparkops.batch.durable import iter_json_lines, read_json_file
+from sparkops.batch.jobdir import META, RESULTS, RUNS, SERVING, TIMELINE, load_manifest
 from sparkops.metrics.bottleneck import Bottleneck, name_bottleneck
 from sparkops.metrics.timeline import (
     TokenRates,
@@ -70,7 +63,7 @@ def load_dir(directory: Path) -> dict[str, Any]:
         records += 1
         if "serving" in obj:
             epochs[obj["serving"]] += 1
-        ok = obj.get("status") == "done" if "status" in obj else openai_batch.is_ok(obj)
+        ok = lines.succeeded(obj)
         if ok:
             done += 1
             if obj.get("final") is not None:
@@ -79,7 +72,7 @@ def load_dir(directory: Path) -> dict[str, Any]:
             errors += 1
         if "status" in obj or "t" in obj:  # a pipeline line (or an older OpenAI line)
             t.add(obj, ok)
-    for meta in _objects(directory / openai_batch.META):
+    for meta in _objects(directory / META):
         t.add(meta, bool(meta.get("ok")))
         if "serving" in meta:
             epochs[meta["serving"]] += 1
@@ -129,7 +122,7 @@ def _number(x: Any) -> float | None:
 def _objects(path: Path) -> Iterator[dict[str, Any]]:
     """The JSON objects of a job file; a line that is valid JSON but not an object (a hand
     edit, another tool's file) is skipped rather than crashing the report."""
-    return (obj for obj in iter_results(path) if isinstance(obj, dict))
+    return iter_json_lines(path)
 
 
 @dataclass
@@ -196,7 +189,7 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     job_hit = hit_rate(samples)
     steps = diagnose({k: v for k, v in data["per_step"].items() if v.calls})
     return {
-        "records": data["manifest"].get("total", data["records"]),
+        "records": data["manifest"].total,
         "finished": data["records"],
         "done": data["done"],
         "errors": data["errors"],
@@ -230,7 +223,7 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         "finals": data["finals"],
         "stalled_endpoints": stall.summarise(data.get("stall_events", [])),
         "serving": report_serving.summarise(
-            data.get("serving_lines", []), data.get("serving_epochs", {})
+            data.get("serving_lines", []), data.get("serving_epochs", {}), data["samples"]
         ),
     }
 

@@ -1,0 +1,312 @@
+"""The job folder: its files, its manifest, its backups; the one module that knows the layout.
+
+A job folder (`--out DIR`) holds the results journal (batch/journal.py), the manifest (what
+the job is: changing it means a different experiment), the run log, the metrics timeline,
+the serving record, the lock (batch/lock.py), the report, and `previous-<time>/` backups of
+files set aside by `--restart` or `--retry-errors` (never deleted). Every command that reads
+a job (`batch status`, `report`, `compare`, `bench`) finds its files through `JobDir`; what
+each line means is batch/lines.py's business, how it is written durably batch/durable.py's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from sparkops.batch import lines
+from sparkops.batch.durable import (
+    dumps_line,
+    iter_json_lines,
+    read_json_file,
+    stop_on_full_disk,
+    write_json_atomic,
+    write_text_atomic,
+)
+from sparkops.errors import UserError
+
+RESULTS = "results.jsonl"
+MANIFEST = "manifest.json"
+RUNS = "runs.jsonl"
+TIMELINE = "timeline.jsonl"
+PREFIX = "prefix.json"
+LOCK = "lock"
+META = "openai-meta.jsonl"  # OpenAI batch jobs: the kit's per-request fields (openai_batch)
+SERVING = "serving.jsonl"  # batch/serving.py: what served the job
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+PLOT = "throughput.png"
+JOB_FILES = (
+    RESULTS,
+    MANIFEST,
+    PREFIX,
+    RUNS,
+    TIMELINE,
+    META,
+    SERVING,
+    REPORT_JSON,
+    REPORT_MD,
+    PLOT,
+)
+
+
+@dataclass(frozen=True)
+class JobDir:
+    """The paths of one job folder."""
+
+    path: Path
+
+    @property
+    def results(self) -> Path:
+        return self.path / RESULTS
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def runs(self) -> Path:
+        return self.path / RUNS
+
+    @property
+    def timeline(self) -> Path:
+        return self.path / TIMELINE
+
+    @property
+    def prefix(self) -> Path:
+        return self.path / PREFIX
+
+    @property
+    def meta(self) -> Path:
+        return self.path / META
+
+    @property
+    def serving(self) -> Path:
+        return self.path / SERVING
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK
+
+    def has_results(self) -> bool:
+        """Whether any record has finished (results.jsonl exists and is not empty)."""
+        return self.results.is_file() and self.results.stat().st_size > 0
+
+
+@pydantic_dataclass(config=ConfigDict(extra="ignore"))
+class Manifest:
+    """What the job is: changing a fingerprint, the kind or the id field means a different
+    experiment. Validated when read (a hand-edited field of the wrong type is one line).
+
+    The input's size and modification time are what the job read: a run stops when they
+    change under it. Older manifests lack them (None).
+    """
+
+    pipeline_fingerprint: StrictStr
+    input_fingerprint: StrictStr
+    input: StrictStr
+    kind: Literal["jsonl", "csv", "openai"]
+    id_field: StrictStr
+    total: StrictInt = Field(ge=0)
+    input_size: StrictInt | None = None
+    input_mtime_ns: StrictInt | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_MANIFEST = TypeAdapter(Manifest)
+
+
+# The fields whose change means another experiment (a resume would mix two).
+_IDENTITY = ("pipeline_fingerprint", "input_fingerprint", "kind", "id_field")
+
+
+def is_job_dir(directory: Path) -> bool:
+    """Whether `directory` holds (or held) a sparkops job: its manifest, results or lock."""
+    return any((directory / name).exists() for name in (MANIFEST, RESULTS, LOCK))
+
+
+def check_out_dir(directory: Path) -> None:
+    """Refuse an --out that is a file, a dangling link, or a non-empty folder that is not a
+    job (read-only). A job writes and, on --restart, moves files, which must never touch a
+    user's own files."""
+    if directory.is_symlink() and not directory.exists():
+        raise UserError(
+            f"--out {directory} is a symbolic link to {os.readlink(directory)}, which does not "
+            "exist; create that folder, or pass another --out DIR"
+        )
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"--out {directory} is a file, not a folder; pass a new --out DIR")
+    if directory.is_dir() and not is_job_dir(directory):
+        entries = sorted(p.name for p in directory.iterdir())
+        if entries:
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise UserError(
+                f"--out {directory} is a folder that is not a sparkops job and not empty "
+                f"(it holds {shown}); pass a new or empty --out DIR"
+            )
+
+
+def ensure_job_dir(directory: Path) -> bool:
+    """Create the job directory (0700), or check an existing one; True when created here.
+
+    An existing empty folder is used with its mode left alone (the job's files are 0600 in
+    any case): only a folder made here is set to 0700.
+    """
+    check_out_dir(directory)
+    if directory.is_dir():
+        return False
+    try:
+        directory.mkdir(parents=True)
+    except FileExistsError:  # another run made it a moment ago
+        return False
+    except OSError as err:
+        reason = "the file system is read-only" if err.errno == errno.EROFS else err.strerror
+        raise UserError(
+            f"cannot create --out {directory} ({reason}); pass a folder you can write"
+        ) from None
+    os.chmod(directory, 0o700)
+    return True
+
+
+def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
+    """Create or check the job directory; returns True when resuming.
+
+    A manifest that differs (other pipeline or input) is refused unless `restart`, or unless
+    no record has finished yet (nothing to mix: a fail-fast stop, then the fix); then the old
+    files are moved to `previous-<time>/`, never deleted. An unreadable
+    manifest (empty or truncated by an older version or a crash) is rewritten when the job
+    has no results yet; with results it cannot prove they belong to this experiment, so the
+    user is told how to proceed either way.
+    """
+    ensure_job_dir(directory)
+    job = JobDir(directory)
+    path = job.manifest
+    current = manifest.to_json()
+    if path.exists():
+        old = read_json_file(path)
+        if not isinstance(old, dict):
+            if not restart and job.has_results():
+                raise UserError(
+                    f"{path} is empty or corrupt, so it cannot show that the results in "
+                    f"{directory} come from this pipeline and input; if they do, delete "
+                    f"{path} and run the same command again to resume, otherwise pass "
+                    "--restart (old files kept under DIR/previous-<time>/)"
+                )
+            old = {} if restart else current
+        changed = [k for k in _IDENTITY if old.get(k) != current[k]]
+        if not changed and not restart:
+            if old is current or old != current:  # unreadable, or the input's stamp moved
+                write_json_atomic(path, current)
+            return job.results.exists()
+        if changed and not restart and job.has_results():
+            what = ", ".join(k.replace("_fingerprint", "") for k in changed)
+            raise UserError(
+                f"{directory} holds a job with a different {what}; resuming would mix two "
+                "experiments. Use a new --out DIR, or pass --restart to start over (the old "
+                "files are kept under DIR/previous-<time>/)"
+            )
+        # --restart, or nothing finished yet (a job stopped by fail-fast, then its pipeline or
+        # --id-field fixed): nothing to mix, so the old files are set aside and the job starts
+        set_aside(directory, JOB_FILES)
+    elif restart and job.results.exists():
+        raise UserError(f"{directory} has results but no manifest; use a new --out DIR")
+    write_json_atomic(path, current)
+    return job.results.exists()  # results kept without a manifest (its fix above) are resumed
+
+
+def set_aside(directory: Path, names: tuple[str, ...]) -> Path:
+    """Move the named job files that exist into a fresh `previous-<time>/`; returns it."""
+    backup = _new_backup_dir(directory)
+    for name in names:
+        if (directory / name).exists():
+            try:
+                (directory / name).rename(backup / name)
+            except OSError as err:
+                raise stop_on_full_disk(err, directory / name) from None
+    return backup
+
+
+def drop_errors(directory: Path) -> int:
+    """`--retry-errors`: take the error lines out of results.jsonl so those records are sent
+    again; returns how many. The whole old file (and OpenAI meta file) is kept under
+    `previous-<time>/`, and the new one is written atomically, so results.jsonl still holds
+    each record at most once and a crash leaves the old file or the new one."""
+    job = JobDir(directory)
+    if not job.has_results():
+        return 0
+    kept: list[bytes] = []
+    dropped: set[lines.Key] = set()
+    for obj in iter_json_lines(job.results):
+        result = lines.outcome(obj)
+        if result.ok:
+            kept.append(dumps_line(obj))
+        else:
+            dropped.add(result.key)
+    if not dropped:
+        return 0
+    meta = [
+        dumps_line(obj)
+        for obj in iter_json_lines(job.meta)
+        if lines.record_key(obj.get("custom_id"), obj.get("line") or 0) not in dropped
+    ]
+    backup = _new_backup_dir(directory)
+    for name, body in ((RESULTS, kept), (META, meta)):
+        source = directory / name
+        if not source.exists():
+            continue
+        try:
+            os.link(source, backup / name)
+        except OSError as err:
+            raise stop_on_full_disk(err, source) from None
+        write_text_atomic(source, b"".join(body), durable=True)
+    return len(dropped)
+
+
+def _new_backup_dir(directory: Path) -> Path:
+    """A fresh `previous-<time>[-N]/` (two restarts within one second get distinct ones)."""
+    stem = time.strftime("previous-%Y%m%dT%H%M%S")
+    for n in range(1, 10_000):
+        backup = directory / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            backup.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise stop_on_full_disk(err, backup) from None
+        return backup
+    raise UserError(f"{directory} has too many previous-* folders; remove some")
+
+
+def load_manifest(directory: Path) -> Manifest:
+    """The job's manifest, for status and report; one line with the fix when unusable
+    (missing, a folder, empty, not JSON, or fields of the wrong type)."""
+    path = directory / MANIFEST
+    if not path.exists():
+        raise UserError(f"{directory} is not a sparkops job directory (no {MANIFEST}); check DIR")
+    if not path.is_file():
+        raise UserError(
+            f"{path} is not a file; move it away and run the job's `sparkops batch run` "
+            "command again to rewrite it, then retry"
+        )
+    data = read_json_file(path)
+    problem = "is empty or corrupt"
+    if isinstance(data, dict):
+        try:
+            return _MANIFEST.validate_python(data)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            problem = f"has a bad field {where!r} ({first['msg']})"
+    raise UserError(
+        f"{path} {problem}; run the job's `sparkops batch run` command again "
+        f"(after deleting {path}) to rewrite it, then retry"
+    )

@@ -1,0 +1,211 @@
+"""Every line kind of the job folder as a typed record, and the one answer to "did it succeed?".
+
+A job folder holds JSON lines of six kinds: results lines (pipeline jobs), OpenAI batch output
+lines (OpenAI batch jobs, `results.jsonl` too), their meta lines (`openai-meta.jsonl`), run
+events (`runs.jsonl`), timeline samples (`timeline.jsonl`) and serving lines
+(`serving.jsonl`, batch/serving.py). Each kind has one writer and one reader here (the OpenAI
+output and meta lines are built by batch/openai_batch.py, whose format they are), so `batch`,
+`status`, `report`, `compare` and `bench` cannot read a field two ways.
+
+`outcome(line)` is the only place that decides whether a results line (either kind) is a
+success, which record it covers and what error it records: the journal's tallies, `batch
+status`, the report, `compare` and the job summary all ask it.
+
+Keys: a record is keyed by its id (a string); an input line without a readable id by
+`LineKey(n)`, a different type, so no id can ever equal it (an id spelt like the old
+"\\x00line:N" key is an id like any other).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from sparkops.batch.durable import iter_json_lines
+
+
+class LineKey(NamedTuple):
+    """The key of an input line that has no id: its 1-based line number."""
+
+    line: int
+
+
+Key = str | LineKey
+
+# What a record's error was (engine, issue 21): the record's own fault ends it; any other kind
+# (the server's: transport, timeout, 5xx, a stall) leaves it unfinished, re-sent on resume.
+RECORD_ERROR = "record"
+
+
+def record_key(rid: str | None, line: int) -> Key:
+    """The key a record (or an id-less input line) is journalled under."""
+    return rid if rid is not None else LineKey(line)
+
+
+# ---- results lines (pipeline jobs) ------------------------------------------------------------
+@dataclass(slots=True)
+class ResultLine:
+    """One finished record of a pipeline job (results.jsonl)."""
+
+    id: str | None
+    status: Literal["done", "error"]
+    line: int
+    run: int
+    t: float
+    final: str | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    error_kind: str | None = None
+    t0: float | None = None
+    serving: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        obj: dict[str, Any] = {
+            "id": self.id,
+            "status": self.status,
+            "final": self.final,
+            "steps": self.steps,
+            "error": self.error,
+            "line": self.line,
+            "t0": self.t0,
+            "t": self.t,
+            "run": self.run,
+            "serving": self.serving,
+        }
+        if self.error_kind is not None:
+            obj["error_kind"] = self.error_kind
+        return obj
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a results line (pipeline or OpenAI batch) says about its record."""
+
+    key: Key
+    ok: bool
+    error: str | None  # the recorded error message (None for a success)
+    error_kind: str | None  # RECORD_ERROR, another kind, or None (a success, an older line)
+    final: str | None  # a pipeline's decision (None for OpenAI lines and errors)
+
+    @property
+    def record_error(self) -> bool:
+        """An error that is the record's own (older lines without a kind count as such)."""
+        return not self.ok and self.error_kind in (None, RECORD_ERROR)
+
+
+def outcome(obj: dict[str, Any]) -> Outcome:
+    """Read one results line of either kind (see the module docstring)."""
+    if "status" in obj:  # a pipeline results line
+        rid = obj.get("id")
+        key: Key = record_key(None if rid is None else str(rid), _int(obj.get("line")))
+        ok = obj["status"] == "done"
+        kind = obj.get("error_kind")
+        return Outcome(
+            key,
+            ok,
+            None if ok else str(obj.get("error") or "error"),
+            None if ok or not isinstance(kind, str) else kind,
+            str(obj["final"]) if ok and obj.get("final") is not None else None,
+        )
+    rid = obj.get("custom_id")
+    if rid is not None:
+        key = str(rid)
+    else:  # an OpenAI output line keeps the kit's fields out: its error object names the line
+        error = obj.get("error")
+        key = LineKey(_int(error.get("line")) if isinstance(error, dict) else 0)
+    ok = _openai_ok(obj)
+    return Outcome(key, ok, None if ok else _openai_error(obj), None, None)
+
+
+def succeeded(obj: dict[str, Any]) -> bool:
+    """Whether a results line (either kind) records a success."""
+    return outcome(obj).ok
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _openai_ok(obj: dict[str, Any]) -> bool:
+    """An OpenAI output line succeeded: no error object and a 2xx answer (an HTTP error line
+    has `error: null` but a non-2xx `response.status_code`)."""
+    if obj.get("error") is not None:
+        return False
+    response = obj.get("response")
+    if not isinstance(response, dict):
+        return False
+    code = response.get("status_code")
+    return isinstance(code, int) and 200 <= code < 300
+
+
+def _openai_error(obj: dict[str, Any]) -> str:
+    error = obj.get("error")
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("code") or "error")
+    response = obj.get("response")
+    if not isinstance(response, dict):
+        response = {}
+    body = response.get("body")
+    detail = body.get("error") if isinstance(body, dict) else None
+    message = detail.get("message") if isinstance(detail, dict) else None
+    return f"HTTP {response.get('status_code')}: {message or ''}".rstrip(": ")
+
+
+def outcomes(path: Path) -> Iterator[Outcome]:
+    """Every results line of `path`, read."""
+    return (outcome(obj) for obj in iter_json_lines(path))
+
+
+# ---- run events (runs.jsonl) ------------------------------------------------------------------
+@dataclass(slots=True)
+class RunEvent:
+    """One line of the job log: a run's start or end, or an endpoint stalled / rejoined
+    (batch/stall.py writes those through `stall.log_event`)."""
+
+    event: str
+    run: int
+    t: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.event, "run": self.run, "t": self.t, **self.extra}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> RunEvent:
+        extra = {k: v for k, v in obj.items() if k not in ("event", "run", "t")}
+        t = obj.get("t")
+        return cls(
+            str(obj.get("event", "")),
+            _int(obj.get("run")),
+            float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0,
+            extra,
+        )
+
+
+def run_events(path: Path) -> Iterator[RunEvent]:
+    return (RunEvent.from_json(obj) for obj in iter_json_lines(path))
+
+
+# ---- timeline samples (timeline.jsonl) ----------------------------------------------------------
+@dataclass(slots=True)
+class TimelineSample:
+    """One /metrics sample of one endpoint, with the job's progress at that moment."""
+
+    t: float
+    run: int
+    endpoint: str
+    v: dict[str, float]
+    done: int
+    in_flight: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "t": self.t,
+            "run": self.run,
+            "endpoint": self.endpoint,
+            "v": self.v,
+            "done": self.done,
+            "in_flight": self.in_flight,
+        }
