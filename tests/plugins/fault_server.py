@@ -256,8 +256,10 @@ class _Metrics:
         self.queries.labels(*self.values).inc(prompt_tokens)
         self.hits.labels(*self.values).inc(prompt_tokens // 2)
 
-    def render(self, running: int) -> bytes:
+    def render(self, in_flight: int, max_num_seqs: int | None = None) -> bytes:
+        running = in_flight if max_num_seqs is None else min(in_flight, max_num_seqs)
         self.running.labels(*self.values).set(running)
+        self.waiting.labels(*self.values).set(in_flight - running)
         return generate_latest(self.registry)
 
 
@@ -278,6 +280,8 @@ class FaultServer:
         self.checks = 0
         self.check_action: Action | None = None
         self.in_flight = 0
+        # like vLLM's --max-num-seqs: completion calls beyond it count as waiting on /metrics
+        self.max_num_seqs: int | None = None
         self.max_in_flight = 0
         self._lock = threading.Lock()
         self._scripts: dict[str, list[Action]] = {}
@@ -444,7 +448,7 @@ class FaultServer:
         if fixed is not None:
             return fixed
         return web.Response(
-            body=self._metrics.render(self.in_flight),
+            body=self._metrics.render(self.in_flight, self.max_num_seqs),
             content_type="text/plain",
             charset="utf-8",
         )

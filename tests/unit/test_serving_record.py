@@ -323,3 +323,42 @@ def test_local_up_writes_the_stack_record_a_job_reads_while_that_server_runs(tmp
     assert local_stack.find(["http://127.0.0.1:8123/v1"], cache=tmp_path) is None
     local_state.save([], cache=tmp_path)
     assert not (tmp_path / "local" / "stack-record.json").exists()
+
+
+# ---- capacity: concurrency against --max-num-seqs ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "seqs"),
+    [
+        (["vllm", "serve", "m", "--max-num-seqs", "256"], 256),
+        (["python", "-m", "vllm.entrypoints.openai.api_server", "--max-num-seqs=64"], 64),
+        (["vllm", "serve", "m"], None),  # not set: vLLM's default is not guessed
+        (["vllm", "serve", "m", "--max-num-seqs"], None),
+        (["vllm", "serve", "m", "--max-num-seqs", "many"], None),
+        (["vllm", "serve", "m", "--max-num-seqs", "0"], None),
+    ],
+)
+def test_max_num_seqs_is_read_from_the_stack_records_command(command, seqs):
+    assert serving_record.max_num_seqs({"command": command}) == seqs
+
+
+def test_no_stack_record_means_no_capacity():
+    assert serving_record.max_num_seqs(None) is None
+    assert serving_record.max_num_seqs({"command": "vllm serve"}) is None
+    assert serving_record.capacity(None, 1000, 1) is None
+    assert serving_record.capacity_warning(None) is None
+
+
+def test_the_calls_one_endpoint_gets_are_compared():
+    stack = {"command": ["vllm", "serve", "m", "--max-num-seqs", "256"]}
+    two = serving_record.capacity(stack, 1000, 2)
+    assert two == {"max_num_seqs": 256, "concurrency": 1000, "per_endpoint": 500, "over": True}
+    assert serving_record.capacity_warning(two) == (
+        "--concurrency 1000 (500 per endpoint) is above the server's --max-num-seqs 256: about "
+        "244 requests at a time wait in the server's queue instead of running (the report "
+        "shows them as waiting requests); lower --concurrency to 256 or raise --max-num-seqs"
+    )
+    within = serving_record.capacity(stack, 512, 2)
+    assert within is not None and within["over"] is False
+    assert serving_record.capacity_warning(within) is None

@@ -491,6 +491,10 @@ async def _record_serving(
     context = serving.job_context(
         manifest.pipeline_fingerprint, manifest.input_fingerprint, gpu_state, stack
     )
+    # concurrency above the server's --max-num-seqs: said now, kept for the report
+    context["capacity"] = serving_record.capacity(stack, cfg.concurrency, len(pool.endpoints))
+    if warning := serving_record.capacity_warning(context["capacity"]):
+        print(f"sparkops: warning: {warning}", file=sys.stderr)
     done = journal.done_ok + journal.done_err
     for base, changes in log.write_start(run, found, problems, context, done).items():
         print(

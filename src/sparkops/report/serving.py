@@ -7,7 +7,8 @@ records each setup served. Server facts only; nothing here reads a record's text
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparkops.batch.serving_record import Change, describe
@@ -26,8 +27,14 @@ SHOWN = (
 )
 
 
-def summarise(lines: list[dict[str, Any]], epochs: Mapping[Any, int]) -> dict[str, Any] | None:
-    """report.json's `serving`: the first start line's setup, every change, records per epoch.
+def summarise(
+    lines: list[dict[str, Any]],
+    epochs: Mapping[Any, int],
+    samples: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any] | None:
+    """report.json's `serving`: the first start line's setup, every change, records per epoch,
+    and the last run's capacity (concurrency against --max-num-seqs) with the waiting requests
+    the timeline `samples` saw.
 
     None for a job without serving.jsonl (a job directory from before the record existed).
     """
@@ -55,7 +62,53 @@ def summarise(lines: list[dict[str, Any]], epochs: Mapping[Any, int]) -> dict[st
         "endpoints": first.get("endpoints") or {},
         "changes": changes,
         "records_by_serving": {str(k): v for k, v in sorted(epochs.items(), key=_key)},
+        "capacity": _capacity(starts, samples),
     }
+
+
+def _capacity(
+    starts: list[dict[str, Any]], samples: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The last run's capacity record (batch/serving_record.capacity) and the waiting
+    requests (vllm:num_requests_waiting) per timeline sample: peak and median."""
+    caps = [x["capacity"] for x in starts if isinstance(x.get("capacity"), dict)]
+    if not caps:
+        return None
+    waits = [
+        float(s["v"]["waiting"])
+        for s in samples
+        if isinstance(s.get("v"), dict) and isinstance(s["v"].get("waiting"), (int, float))
+    ]
+    return {
+        **caps[-1],
+        "waiting_peak": max(waits) if waits else None,
+        "waiting_median": statistics.median(waits) if waits else None,
+    }
+
+
+def capacity_text(cap: Mapping[str, Any] | None) -> str | None:
+    """The report's sentence on concurrency against the server's --max-num-seqs."""
+    if not cap:
+        return None
+    peak, median = cap.get("waiting_peak"), cap.get("waiting_median")
+    waiting = (
+        f"waiting requests per sample: peak {peak:,.0f}, median {median:,.0f}"
+        if peak is not None and median is not None
+        else "no waiting figures sampled"
+    )
+    per, seqs = cap.get("per_endpoint"), cap.get("max_num_seqs")
+    spread = "" if per == cap.get("concurrency") else f" ({per} per endpoint)"
+    if cap.get("over"):
+        return (
+            f"**--concurrency {cap.get('concurrency')}{spread} was above the server's "
+            f"--max-num-seqs {seqs}**: requests beyond it waited in the server's queue "
+            f"({waiting}); their latency includes that wait. Lower --concurrency to {seqs} "
+            "or raise --max-num-seqs."
+        )
+    return (
+        f"- Capacity: --concurrency {cap.get('concurrency')}{spread} within the server's "
+        f"--max-num-seqs {seqs} ({waiting})"
+    )
 
 
 def _change(
@@ -134,6 +187,8 @@ def markdown_lines(summary: Mapping[str, Any] | None) -> list[str]:
     )
     lines.append(f"- GPU: {gpu_text(summary.get('gpu'))}")
     lines.append(f"- Stack: {stack_text(summary.get('stack'))}")
+    if text := capacity_text(summary.get("capacity")):
+        lines.append(text if text.startswith("- ") else f"\n{text}")
     return lines
 
 
