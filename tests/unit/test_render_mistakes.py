@@ -74,3 +74,18 @@ def test_every_example_inventory_names_every_topology_in_its_comment() -> None:
         comment = path.read_text()
         for word in TOPOLOGY_OF:
             assert re.search(rf"\b{word}\b", comment.split("sparkops_topology:")[0]), (path, word)
+
+
+def test_a_gpu_memory_budget_too_small_names_the_variable_that_sets_it(tmp_path: Path) -> None:
+    inventory = make_inventory(tmp_path / "inv", "single")
+    _with_vars(inventory, vllm_serving_gpu_memory_gib=20)
+    proc = sparkops("render", "--inventory", str(inventory), "--out", "out", limit=60, cwd=tmp_path)
+    assert proc.returncode == 2 and not (tmp_path / "out").exists(), proc.stderr
+    # one problem per line under one heading (every problem at once, fixed in one pass)
+    assert proc.stderr.splitlines() == [
+        "sparkops: error: the serving stack cannot start as configured:",
+        "  profile gb10-gemma4-12b-fp8: weights (13.5 GiB) + KV cache need 73.5 GiB, over "
+        "spark-1's GPU memory budget of 20.0 GiB: lower vllm.kv_cache_memory_bytes, or raise "
+        "the host's GPU memory (NVIDIA app on the laptop) and its vllm_serving_gpu_memory_gib "
+        "in the inventory",
+    ]

@@ -129,7 +129,7 @@ def profile_problems(profile: Profile, facts: DeployFacts) -> list[str]:
                 f"weights ({profile.weights_gib:.1f} GiB) + KV cache need {need / GIB:.1f} GiB, "
                 f"over {facts.host}'s GPU memory budget of {facts.gpu_memory_gib:.1f} GiB: lower "
                 "vllm.kv_cache_memory_bytes, or raise the host's GPU memory (NVIDIA app on the "
-                "laptop) and its sparkops_gpu_memory_gib in the inventory"
+                "laptop) and its vllm_serving_gpu_memory_gib in the inventory"
             )
     pp = pipeline_stages(profile) if facts.pipeline_parallel is None else facts.pipeline_parallel
     if pp > 1 and "--async-scheduling" in args.extra_args and not pins_v2_runner(profile):
