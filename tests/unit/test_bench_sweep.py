@@ -147,6 +147,7 @@ def level(concurrency, rpm, hit, kv=0.3, bottleneck="engine"):
         hit_rate_steady=hit,
         prompt_tokens_per_record=3600.0,
         gen_tokens_per_record=300.0,
+        calls_per_record=2.4,
         kv_usage_max=kv,
         waiting_max=0.0,
         preemptions=0.0,

@@ -81,7 +81,9 @@ def test_client_by_cpu_or_by_slots_left_empty():
     busy = name_bottleneck(timeline(in_flight=960, running=200, cpu_per_s=0.97), 960, WINDOW)
     assert busy.kind == "client" and "0.97 CPU s/s" in busy.sentence
     starved = name_bottleneck(timeline(in_flight=300, running=300), 960, WINDOW)
-    assert starved.kind == "client" and "300 calls in flight of --concurrency 960" in starved.sentence
+    assert (
+        starved.kind == "client" and "300 calls in flight of --concurrency 960" in starved.sentence
+    )
 
 
 def test_fewer_records_than_concurrency_is_not_the_client():

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markdown import Markdown
 
-from sparkops.batch.options import add_job_options, job_settings
+from sparkops.batch.options import add_job_options, job_config, job_settings
 from sparkops.bench.sweep import LEVEL_ONE_RECORDS
 
 
@@ -49,6 +49,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="records at concurrency 1, one at a time (default %(default)s; "
         "--limit applies when smaller)",
     )
+    sweep.add_argument(
+        "--profile",
+        help="the serving profile: its model's shape draws the decode ceiling beside the "
+        "measured points (with --machine)",
+    )
+    sweep.add_argument(
+        "--machine",
+        choices=["gb10", "h200"],
+        help="memory bandwidth for the decode ceiling (gb10 273 GB/s, h200 4,800 GB/s)",
+    )
     # Every other option is a field of the job's schema (batch/options.py), as in batch run.
     add_job_options(sweep, "sweep")
     sweep.set_defaults(func=run)
@@ -69,7 +79,11 @@ def run(args: argparse.Namespace) -> int:
     # Imported here so `sparkops --help` does not load the batch engine and matplotlib.
     from sparkops.bench.runner import SweepConfig, run_sweep
     from sparkops.bench.sweep import parse_levels
+    from sparkops.plan.decode import BANDWIDTH_GB_S
 
+    settings = job_settings(args, "sweep")
+    # the settings every level runs with, checked once before any level (one line, exit 2)
+    job_config(input=args.input, out=args.out, pipeline=args.pipeline, **settings)
     result = run_sweep(
         SweepConfig(
             pipeline=args.pipeline,
@@ -79,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
             cold=args.cold,
             limit=args.limit,
             level_one_limit=args.level_one_limit,
-            job=job_settings(args, "sweep"),
+            profile=args.profile,
+            bandwidth_gb_s=BANDWIDTH_GB_S[args.machine] if args.machine else None,
+            job=settings,
         )
     )
     console = Console()

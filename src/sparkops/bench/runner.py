@@ -20,20 +20,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkops.batch.durable import iter_json_lines
 from sparkops.batch.endpoints import normalise_base
 from sparkops.batch.job import JobConfig, run_job
-from sparkops.batch.durable import iter_json_lines
 from sparkops.batch.jobdir import RESULTS, TIMELINE
 from sparkops.bench.plots import write_plots
 from sparkops.bench.sweep import (
     LEVEL_ONE_RECORDS,
     LevelSummary,
+    mean_call_context,
     report_markdown,
     summarise_level,
     with_predictions,
 )
 from sparkops.errors import UserError
 from sparkops.files import write_atomic
+from sparkops.plan.decode import DecodeCeiling, decode_ceiling
+from sparkops.plan.memory import dtype_bytes
+from sparkops.plan.shapes import kv_dtype_of, profile_shape
 
 SWEEP_JSON = "sweep.json"
 SWEEP_MD = "sweep.md"
@@ -54,6 +58,8 @@ class SweepConfig:
     cold: bool = False
     limit: int | None = None  # records per level (the first N of the input)
     level_one_limit: int | None = LEVEL_ONE_RECORDS  # records at level 1; None: as `limit`
+    profile: str | None = None  # the serving profile: its model's shape, for the decode ceiling
+    bandwidth_gb_s: float | None = None  # the machine's memory bandwidth, for the same
     job: dict[str, Any] = field(default_factory=dict)
 
     def records_for(self, concurrency: int) -> int | None:
@@ -127,6 +133,22 @@ def sample_input(source: Path, count: int, out: Path) -> Path:
     return target
 
 
+def sweep_ceiling(cfg: SweepConfig, levels: list[LevelSummary]) -> DecodeCeiling | None:
+    """The decode ceiling at the sweep's own mean call context, when a profile names the
+    model and a bandwidth is known."""
+    context = mean_call_context(levels)
+    if cfg.profile is None or cfg.bandwidth_gb_s is None or context is None:
+        return None
+    shape, profile = profile_shape(cfg.profile)
+    return decode_ceiling(
+        shape,
+        width=dtype_bytes(kv_dtype_of(profile)),
+        context=context,
+        bandwidth_gb_s=cfg.bandwidth_gb_s,
+        levels=tuple(lv.concurrency for lv in levels),
+    )
+
+
 def read_lines(path: Path) -> list[dict]:
     return list(iter_json_lines(path))
 
@@ -168,7 +190,8 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
         )
 
     summaries = with_predictions(summaries)
-    plots = write_plots(summaries, cfg.out)
+    ceiling = sweep_ceiling(cfg, summaries)
+    plots = write_plots(summaries, cfg.out, ceiling)
     table = cfg.out / SWEEP_JSON
     write_atomic(
         table,
@@ -178,6 +201,7 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
                 "input": cfg.input.name,
                 "limit": cfg.limit,
                 "level_one_limit": cfg.level_one_limit,
+                "decode_ceiling": ceiling.as_dict() if ceiling else None,
                 "levels": [lv.as_dict() for lv in summaries],
             },
             indent=2,
@@ -187,7 +211,11 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
     write_atomic(
         report,
         report_markdown(
-            summaries, cold=cfg.cold, records_file=cfg.input.name, plots=[p.name for p in plots]
+            summaries,
+            cold=cfg.cold,
+            records_file=cfg.input.name,
+            plots=[p.name for p in plots],
+            ceiling=ceiling,
         ),
     )
     return SweepResult(levels=summaries, report=report, table=table, plots=plots)

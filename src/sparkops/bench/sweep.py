@@ -32,6 +32,7 @@ from sparkops.metrics.timeline import (
     steady_token_rates,
     steady_window,
 )
+from sparkops.plan.decode import DecodeCeiling
 from sparkops.plan.throughput import predict_level
 
 # Level 1 runs one record at a time (the seed: ~4 records/min on a GB10, so a 500,000-record
@@ -71,6 +72,7 @@ class LevelSummary:
     hit_rate_steady: float | None  # over the steady window: the planner's input
     prompt_tokens_per_record: float | None  # all of a done record's calls
     gen_tokens_per_record: float | None
+    calls_per_record: float | None
     kv_usage_max: float | None
     waiting_max: float | None
     preemptions: float | None
@@ -84,9 +86,11 @@ class LevelSummary:
         return asdict(self)
 
 
-def per_record_tokens(results: Sequence[dict[str, Any]]) -> tuple[float | None, float | None]:
-    """Mean prompt and generated tokens over done records, all of each record's calls."""
-    prompt = gen = 0.0
+def per_record_tokens(
+    results: Sequence[dict[str, Any]],
+) -> tuple[float | None, float | None, float | None]:
+    """Mean prompt tokens, generated tokens and calls over done records."""
+    prompt = gen = calls = 0.0
     n = 0
     for r in results:
         if r.get("status") != "done":
@@ -95,9 +99,10 @@ def per_record_tokens(results: Sequence[dict[str, Any]]) -> tuple[float | None, 
         if not steps:
             continue
         n += 1
+        calls += len(steps)
         prompt += sum(s.get("prompt_tokens") or 0 for s in steps)
         gen += sum(s.get("completion_tokens") or 0 for s in steps)
-    return (prompt / n, gen / n) if n else (None, None)
+    return (prompt / n, gen / n, calls / n) if n else (None, None, None)
 
 
 def summarise_level(
@@ -121,7 +126,7 @@ def summarise_level(
     rates = steady_token_rates(samples, [window])
     steady_hits = hit_rate(samples, window.start, window.end) if window is not None else None
     neck = name_bottleneck(samples, concurrency, window, records=len(results))
-    prompt_per, gen_per = per_record_tokens(results)
+    prompt_per, gen_per, calls_per = per_record_tokens(results)
 
     return LevelSummary(
         concurrency=concurrency,
@@ -139,6 +144,7 @@ def summarise_level(
         hit_rate_steady=steady_hits,
         prompt_tokens_per_record=prompt_per,
         gen_tokens_per_record=gen_per,
+        calls_per_record=calls_per,
         kv_usage_max=gauge_max(samples, "kv_cache_usage"),
         waiting_max=gauge_max(samples, "waiting"),
         preemptions=counter_total(samples, "preemptions") if samples else None,
@@ -245,8 +251,37 @@ def speedup(levels: Sequence[LevelSummary]) -> float | None:
     return best[1] / base[1] if best is not base else None
 
 
+def ceiling_markdown(levels: Sequence[LevelSummary], ceiling: DecodeCeiling) -> str:
+    """The decode ceiling beside the measured generation rates."""
+    rows = [
+        "Decode ceiling (`sparkops plan decode`: memory-bound decode at "
+        f"{ceiling.bandwidth_gb_s:,.0f} GB/s, mean call context {ceiling.context:,} tokens; "
+        "prefill and compute left out, so measured rates sit below it):\n",
+        "| Concurrency | Ceiling tok/s | Measured generation tok/s | Measured computed tok/s |",
+        "|---:|---:|---:|---:|",
+    ]
+    for lv in levels:
+        rows.append(
+            f"| {lv.concurrency} | {ceiling.tok_s(lv.concurrency):,.0f} "
+            f"| {_fmt(lv.generation_tok_s, ',.0f')} | {_fmt(lv.computed_tok_s, ',.0f')} |"
+        )
+    rows += [
+        "",
+        f"Half the asymptote ({ceiling.asymptote_tok_s:,.0f} tok/s) at "
+        f"{ceiling.knee_concurrency:,.0f} in flight, 90% at "
+        f"{ceiling.near_asymptote_concurrency:,.0f}: past that, more concurrency buys hit rate "
+        "rather than decode speed.\n",
+    ]
+    return "\n".join(rows)
+
+
 def report_markdown(
-    levels: Sequence[LevelSummary], *, cold: bool, records_file: str, plots: Sequence[str]
+    levels: Sequence[LevelSummary],
+    *,
+    cold: bool,
+    records_file: str,
+    plots: Sequence[str],
+    ceiling: DecodeCeiling | None = None,
 ) -> str:
     """The sweep report: table, how it was measured, what batching was worth, plots."""
     lines = [
@@ -269,6 +304,8 @@ def report_markdown(
         "waiting are the highest sampled values.\n",
         prediction_markdown(levels),
     ]
+    if ceiling is not None:
+        lines.append(ceiling_markdown(levels, ceiling))
     gain = speedup(levels)
     if gain is not None:
         lines.append(f"Batching is worth about {gain:.1f}x over the lowest level.\n")
@@ -280,3 +317,16 @@ def report_markdown(
         )
     lines.extend(f"![{name}]({name})\n" for name in plots)
     return "\n".join(lines)
+
+
+def mean_call_context(levels: Sequence[LevelSummary]) -> int | None:
+    """Mean context of a call in flight at the highest measured level: its prompt plus half
+    its answer (the decode ceiling's `L`)."""
+    measured = [lv for lv in levels if lv.calls_per_record and lv.prompt_tokens_per_record]
+    if not measured:
+        return None
+    top = max(measured, key=lambda lv: lv.concurrency)
+    calls = top.calls_per_record or 1.0
+    prompt = (top.prompt_tokens_per_record or 0.0) / calls
+    answer = (top.gen_tokens_per_record or 0.0) / calls
+    return max(1, round(prompt + answer / 2))

@@ -34,6 +34,20 @@ from sparkops.metrics.timeline import Window, counter_increase, series_by_backen
 
 Kind = Literal["client", "kv-cache", "front-end", "engine", "unknown"]
 
+# How a sentence names each kind: "bound by the front end".
+LABELS = {
+    "client": "client",
+    "kv-cache": "KV cache",
+    "front-end": "front end",
+    "engine": "engine",
+    "unknown": "unknown",
+}
+
+
+def label(kind: str | None) -> str:
+    return LABELS.get(kind or "unknown", kind or "unknown")
+
+
 CLIENT_CPU_BUSY = 0.85  # CPU seconds per second of the client's one event loop
 IN_FLIGHT_SHORT = 0.8  # in flight below this share of --concurrency: the client fell behind
 KV_BUSY = 0.70  # the seed: above ~70% full the prefix cache evicts shared blocks

@@ -20,12 +20,13 @@ from rich.table import Table
 
 from sparkops.errors import UserError
 from sparkops.inputs import read_json
+from sparkops.metrics.bottleneck import label as bottleneck_label
 from sparkops.plan import calibrate
 from sparkops.plan.decode import BANDWIDTH_GB_S, DecodeCeiling, decode_ceiling
 from sparkops.plan.guard import GuardSettings, Verdict, check_launch, host_facts, settings_of
 from sparkops.plan.memory import GB, GIB, MemoryPlan, dtype_bytes, plan_memory
 from sparkops.plan.prefix import SharedPrefixPlan, plan_shared_prefix
-from sparkops.plan.shapes import ModelShape, profile_shape, shape_from_config
+from sparkops.plan.shapes import ModelShape, kv_dtype_of, profile_shape, shape_from_config
 from sparkops.plan.throughput import ThroughputPlan, plan_throughput, predict_level
 
 # A DGX Spark gives vLLM 0.88 x 128 GB for weights plus KV cache (second seed).
@@ -332,7 +333,8 @@ def check_against(
         "predicted_records_per_min": plan.records_per_min,
         "error": error,
         "sentence": (
-            f"Check: calibrated on {calibration.label} (bound by the {calibration.bottleneck}), "
+            f"Check: calibrated on {calibration.label} (bound by the "
+            f"{bottleneck_label(calibration.bottleneck)}), "
             f"predicted {plan.records_per_min:,.1f} records/min for {target.label}, measured "
             f"{target.records_per_min:,.1f} ({error:+.1%})."
         ),
@@ -376,8 +378,7 @@ def model_source(args: argparse.Namespace) -> tuple[ModelShape, str, int | None]
     """The shape, KV dtype and KV cache bytes from --profile or --config (+ --weights-gb)."""
     if args.profile is not None:
         shape, profile = profile_shape(args.profile)
-        dtype = profile.vllm.kv_cache_dtype
-        kv_dtype = args.kv_dtype or ("bf16" if dtype in (None, "auto", "bfloat16") else "fp8")
+        kv_dtype = args.kv_dtype or kv_dtype_of(profile)
         if args.weights_gb is not None:
             shape = shape.model_copy(update={"weights_gb": args.weights_gb})
         return shape, kv_dtype, profile.vllm.kv_cache_memory_bytes

@@ -93,6 +93,12 @@ def profile_shape(name: str) -> tuple[ModelShape, Any]:
     return shape, profile
 
 
+def kv_dtype_of(profile: Any) -> str:
+    """A profile's KV-cache dtype in the planners' terms (auto: the bf16 weights' dtype)."""
+    dtype = profile.vllm.kv_cache_dtype
+    return "bf16" if dtype in (None, "auto", "bfloat16") else "fp8"
+
+
 def shape_from_config(hf_config: dict[str, Any], weights_gb: float | None = None) -> ModelShape:
     """A Hugging Face config as groups (full-attention layers, sliding ones). Each group stores
     the config's K+V elements per token and layer (MLA: the latent) as one vector."""

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparkops.errors import UserError
+from sparkops.metrics.bottleneck import label
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,8 @@ def predict_level(
     if bottleneck is not None and bottleneck != calibrated_bottleneck:
         return Prediction(
             None,
-            f"the calibration run was bound by the {calibrated_bottleneck}, this one by the "
-            f"{bottleneck}: its computed tok/s does not carry over",
+            f"the calibration run was bound by the {label(calibrated_bottleneck)}, this one "
+            f"by the {label(bottleneck)}: its computed tok/s does not carry over",
         )
     if prompt_tokens is None or not gen_tokens or hit_rate is None:
         return Prediction(None, "no tokens per record or hit rate measured for this run")
