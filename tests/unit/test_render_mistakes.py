@@ -4,6 +4,7 @@ written."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -89,3 +90,31 @@ def test_a_gpu_memory_budget_too_small_names_the_variable_that_sets_it(tmp_path:
         "the host's GPU memory (NVIDIA app on the laptop) and its vllm_serving_gpu_memory_gib "
         "in the inventory",
     ]
+
+
+@pytest.mark.parametrize("cache", [".cache", "rel/cache", ""])
+def test_the_local_inventory_renders_with_a_relative_or_no_cache(
+    tmp_path: Path, cache: str
+) -> None:
+    """inventory/local builds its model folder from SPARKOPS_CACHE: a relative one is taken
+    from the folder the command runs in (as sparkops.cache does), none means the checkout's."""
+    env = {**os.environ, "SPARKOPS_CACHE": cache}
+    proc = sparkops(
+        "render", "--inventory", str(REPO / "inventory" / "local"), "--out", "out",
+        limit=60, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    compose = yaml.safe_load((tmp_path / "out" / "localhost" / "compose.yml").read_text())
+    expected = (tmp_path / cache if cache else REPO / ".cache").resolve() / "models" / "tiny"
+    assert f"{expected}:{expected}:ro" in compose["services"]["vllm"]["volumes"]
+
+
+def test_a_relative_model_folder_says_to_set_an_absolute_path(tmp_path: Path) -> None:
+    inventory = _with_vars(
+        make_inventory(tmp_path / "inv", "single"), vllm_serving_model_dir=".cache/models/tiny"
+    )
+    assert _refused("--inventory", str(inventory), cwd=tmp_path) == (
+        "inventory host spark-1: vllm_serving_model_dir: Value error, '.cache/models/tiny' must "
+        "be an absolute path (it is bind-mounted): write it absolute, or, where it is built "
+        "from SPARKOPS_CACHE, set an absolute SPARKOPS_CACHE. Fix the inventory's group_vars."
+    )

@@ -52,6 +52,9 @@ class ServingVars(_Strict):
     stack_dir: str = "/opt/sparkops/serving"
     hf_cache: str = "/var/lib/sparkops/hf-cache"
     model_dir: str = ""
+    # The deploy downloads a hub model on the host before vLLM starts, which then runs offline;
+    # false: vLLM downloads it itself at start.
+    model_download: bool = True
     concurrency: int | None = Field(default=None, gt=0)
     gpu_memory_gib: float | None = Field(default=None, gt=0)
     hf_token: str = ""
@@ -98,7 +101,10 @@ class ServingVars(_Strict):
     @classmethod
     def _absolute(cls, value: str) -> str:
         if value and not value.startswith("/"):
-            raise ValueError(f"'{value}' must be an absolute path (it is bind-mounted)")
+            raise ValueError(
+                f"'{value}' must be an absolute path (it is bind-mounted): write it absolute, "
+                "or, where it is built from SPARKOPS_CACHE, set an absolute SPARKOPS_CACHE"
+            )
         return value
 
     @field_validator("extra_volumes")
