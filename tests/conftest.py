@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.plugins.vllm_server",
     "tests.plugins.hosts",
     "tests.plugins.fault_server",
+    "tests.plugins.rewriting_proxy",
     "tests.plugins.playbook",
     "tests.plugins.provision",
     "tests.plugins.inventories",

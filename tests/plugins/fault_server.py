@@ -42,6 +42,8 @@ Actions (module functions returning an `Action`):
   `not_json()`                         200 with a body that is not JSON
   `no_choices()`                       200 JSON object without `choices`
   `choice_not_object()`                200 with `choices: ["text"]`
+  `no_message()`, `null_content()`, `tool_call()`, `error_beside_empty()` (`NO_TEXT`): a 200
+                                       whose choice has no text
   `raw(body: bytes, code=200, content_type="application/json")`  anything else
 
 `server.script("r3", status(503), status(503))` - the next requests for key r3 get these, in
@@ -174,6 +176,40 @@ def no_choices() -> Action:
 
 def choice_not_object() -> Action:
     return raw(json.dumps({"id": "cmpl-x", "choices": ["yes"], "usage": {}}).encode())
+
+
+def _chat(choice: dict[str, Any], **extra: Any) -> Action:
+    body = {"id": "chatcmpl-x", "object": "chat.completion", "model": "tiny",
+            "choices": [{"index": 0, **choice}], "usage": {}, **extra}  # fmt: skip
+    return raw(json.dumps(body).encode())
+
+
+def no_message() -> Action:
+    """200 whose choice has no `message`."""
+    return _chat({"finish_reason": "stop"})
+
+
+def null_content() -> Action:
+    """200 whose message has `content: null`."""
+    return _chat({"message": {"role": "assistant", "content": None}, "finish_reason": "stop"})
+
+
+def tool_call() -> Action:
+    """200 with a tool call instead of content."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    return _chat({"message": message, "finish_reason": "tool_calls"})
+
+
+def error_beside_empty() -> Action:
+    """200 with an error object beside an empty choice."""
+    return _chat(
+        {"message": {"role": "assistant", "content": ""}, "finish_reason": "stop"},
+        error={"message": "upstream failed", "type": "server_error"},
+    )
+
+
+NO_TEXT = (no_message, null_content, tool_call, error_beside_empty)
 
 
 def free_port() -> int:

@@ -23,6 +23,7 @@ import aiohttp
 
 from sparkops import local_stack, openai_http
 from sparkops.batch import lines, serving, serving_record, stall
+from sparkops.batch.checks import other_model_message
 from sparkops.batch.durable import append_json, write_json_atomic
 from sparkops.batch.endpoints import Endpoint, EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
@@ -221,7 +222,9 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side,
         contextlib.AsyncExitStack() as held,
     ):
-        default_model, prefix = await _preflight(side, pool, spec, headers)
+        default_model, prefix = await _preflight(
+            side, pool, spec, headers, min(PREFLIGHT_TIMEOUT_S, cfg.request_timeout)
+        )
         # one run per job directory (a second is refused naming this pid) until the end
         held.enter_context(lock_job_dir(cfg.out))
         resumed = prepare_dir(cfg.out, manifest, cfg.restart)
@@ -250,7 +253,9 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             },
         )
         engine = Engine(
-            EngineConfig(**dict(cfg.engine()), api_key=api_key, run=run),
+            EngineConfig(
+                **dict(cfg.engine()), api_key=api_key, run=run, strict_model=cfg.strict_serving
+            ),
             pool,
             journal,
             spec,
@@ -259,6 +264,14 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         )
         signals.engine = engine
         engine.serving = served.epoch
+        if spec is not None:  # answers from another model: a serving line and a warning
+
+            def other_model(model: str) -> None:
+                served.other_model(run, model, spec.model, journal.done_ok + journal.done_err)
+                if not cfg.strict_serving:
+                    view.say(other_model_message(model, spec.model, False))
+
+            engine.checks.on_other_model = other_model
         t0 = time.monotonic()
         live = LiveHitRate()
         view = ProgressView(
@@ -390,6 +403,7 @@ async def _preflight(
     pool: EndpointPool,
     spec: PipelineSpec | None,
     headers: dict[str, str],
+    timeout: float = PREFLIGHT_TIMEOUT_S,
 ) -> tuple[str | None, dict[str, Any] | None]:
     """Check the endpoints serve the model; measure each step's shared prefix for the ceiling.
 
@@ -398,29 +412,9 @@ async def _preflight(
     or odd /tokenize degrades to "no ceiling" with a note instead of stopping the job.
     """
     base = pool.endpoints[0].base
-    try:
-        async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
-            names = await openai_http.served_models(side, base, headers)
-    except TimeoutError:
-        raise UserError(
-            f"{base}/v1/models did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s; check that "
-            "the server is not hung (its log, /health) and that --endpoint is right"
-        ) from None
-    except openai_http.AnswerError as err:
-        raise UserError(
-            f"{base} does not answer like vLLM or LiteLLM: {err}; fix --endpoint"
-        ) from None
-    except (aiohttp.ClientError, OSError) as err:
-        raise UserError(
-            f"cannot reach {base}/v1/models ({type(err).__name__}); start the server "
-            "(sparkops local up) or fix --endpoint"
-        ) from None
-    if spec is not None and spec.model not in names:
-        raise UserError(
-            f"model {spec.model!r} is not served at {base} (serving {names}); "
-            "fix 'model:' in the pipeline"
-        )
-    default_model = names[0] if names else None
+    default_model = await serving.check_endpoints(  # every endpoint (batch/serving.py)
+        side, [ep.base for ep in pool.endpoints], spec.model if spec else None, headers, timeout
+    )
     if spec is None:
         return default_model, None
     bs: int | None = None
@@ -567,7 +561,7 @@ async def _sample_once(
             },
         )
         live.add(ep.base, values)
-        pool.observe(ep, values, time.monotonic())  # the stall watch: do its counters move?
+        pool.observe(ep, values)  # the stall watch (the pool's clock): do its counters move?
         if drift is not None:
             await drift.check(side, ep, headers, text if values else None)
     stats.hit_rate = live.rate
@@ -587,10 +581,10 @@ async def _sample_loop(
     sample: Callable[[], Awaitable[None]], interval: float, view: ProgressView
 ) -> None:
     """Sample on a clock (constant memory: samples go to disk, the hit rate is a running sum)."""
-    last = 0.0
+    last = float("-inf")
     while True:
-        if time.time() - last >= interval:
-            last = time.time()
+        if time.monotonic() - last >= interval:  # a wall-clock step must not stop sampling
+            last = time.monotonic()
             await sample()
         view.update()
         await asyncio.sleep(0.5)

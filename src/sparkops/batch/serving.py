@@ -14,6 +14,8 @@ OpenAI meta line also carries its `serving` epoch):
 - `{"event": "change", "endpoint": ..., "identity": ..., "changes": [...]}` whenever an
   endpoint's identity changes during a run (re-checked on every metrics sample, so also
   right after an endpoint comes back from an outage).
+- `{"event": "other-model", "model": ..., "expected": ...}` the first time an answer names a
+  model other than the pipeline's (a router's fallback; batch/checks.py watches each answer).
 
 Server facts only: no record text, no ids, and the stack record loses every variable whose
 name says secret (token, key, password) before it is written.
@@ -336,6 +338,22 @@ class ServingLog:
         self.last[base] = ident
         self._write_change(run, base, ident, results_from, changes)
         return changes
+
+    def other_model(self, run: int, model: str, expected: str, results_from: int) -> None:
+        """An answer came from `model`, not the pipeline's `expected` (a router's fallback):
+        one line per other model; each step's `model` in results.jsonl says which answered."""
+        append_json(
+            self.path,
+            {
+                "event": "other-model",
+                "t": round(time.time(), 3),
+                "run": run,
+                "serving": self.epoch,
+                "results_from": results_from,
+                "model": model,
+                "expected": expected,
+            },
+        )
 
     def _write_change(
         self, run: int, base: str, ident: Identity, results_from: int, changes: list[Change]

@@ -1,0 +1,212 @@
+"""Every record's fate is true (issue 21): `sparkops batch run` as a subprocess against the
+fault server and a hostile proxy, asserting the exit status, every record exactly once with
+its true status, no traceback, bounded time and the line a user reads.
+
+- An outage (the only server dies, a proxy answers 503 for good) never ends a record: the
+  job stops (exit 1) with zero error lines, and the resume finishes every record.
+- A 200 without text is a failed call, retried; an empty answer the model gave is one.
+- Every endpoint is checked before the first record; one failing mid-job hands its calls on.
+- One record that always hangs ends as its own error; the job completes (exit 3).
+- The client suspended (SIGSTOP) longer than --stall-after is not a stalled server.
+- Answers from another model than the pipeline's are recorded per step and said.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from tests.integration.test_batch_faults import assert_exactly_once, error_lines, rows, run
+from tests.plugins.cli import batch_run, finish, sparkops, start
+from tests.plugins.fault_server import NO_TEXT, hang, ok, slow, write_records
+from tests.plugins.rewriting_proxy import fallback_model, rewrite_content
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_rows(job, n: int, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while len(rows(job)) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(rows(job)) >= n, "the job did not get going"
+
+
+def _outage_then_resume(job, url: str, cause, restore, ids: list[str], server) -> None:
+    """Start a job, cause an outage after 20 records, expect exit 1 with no error line,
+    restore, resume: exit 0 and every record done exactly once."""
+    extra = ("--retry-for", "3", "--concurrency", "32")
+    t0 = time.monotonic()
+    proc = start(*batch_run(job, url, extra=extra))
+    _wait_rows(job, 20)
+    cause()
+    code, _, stderr = finish(proc, t0, 60)
+    assert code == 1, stderr
+    (line,) = error_lines(stderr)
+    assert "no endpoint has answered for 3 s" in line and "run the same command again" in line
+    before = rows(job)
+    assert before and all(r["status"] == "done" for r in before)  # not one record failed
+    restore()
+    again = sparkops(*batch_run(job, url), limit=60)
+    assert again.returncode == 0, again.stderr
+    by_id = assert_exactly_once(job, ids)
+    assert all(r["status"] == "done" for r in by_id.values())
+
+
+def test_the_only_server_dies_mid_job_no_record_fails_and_the_resume_finishes_all(
+    job, fault_server
+):
+    ids = write_records(job["input"], 600)
+    fault_server.default = slow(0.05)
+
+    def restore() -> None:
+        fault_server.start()
+        fault_server.default = ok()
+
+    _outage_then_resume(job, fault_server.openai_url, fault_server.stop, restore, ids, None)
+
+
+def test_a_proxy_answering_503_for_good_fails_no_record(job, fault_server, rewriting_proxy):
+    ids = write_records(job["input"], 600)
+    fault_server.default = slow(0.05)
+    proxy = rewriting_proxy(fault_server.url)
+
+    def cause() -> None:
+        proxy.status = 503
+
+    def restore() -> None:
+        proxy.status = None
+
+    _outage_then_resume(job, proxy.openai_url, cause, restore, ids, fault_server)
+
+
+def test_a_200_without_text_is_retried_never_a_decision(job, fault_server):
+    ids = write_records(job["input"], 100)
+    fault_server.content = "yes"
+    no_text = [f"r{i}" for i in range(1, 101, 5)]  # 20% of the records, each kind in turn
+    for i, rid in enumerate(no_text):
+        fault_server.script(rid, NO_TEXT[i % len(NO_TEXT)]())
+    fault_server.script("r2", ok(content=""))  # the model really answered "": its answer
+    proc = run(job, fault_server)
+    assert proc.returncode == 0, proc.stderr
+    by_id = assert_exactly_once(job, ids)
+    assert all(by_id[rid]["final"] == "yes" for rid in no_text)
+    assert all(fault_server.requests[rid] == 2 for rid in no_text)
+    assert by_id["r2"]["final"] == "unclear" and by_id["r2"]["steps"][0]["raw"] == ""
+    assert fault_server.requests["r2"] == 1
+
+
+def test_a_second_endpoint_answering_401_is_refused_before_any_record(job, fault_server_factory):
+    from tests.plugins.fault_server import status
+
+    write_records(job["input"], 50)
+    good, bad = fault_server_factory(), fault_server_factory()
+    bad.default = status(401, message="no such key")
+    proc = sparkops(*batch_run(job, good.openai_url, bad.openai_url), limit=30)
+    assert proc.returncode == 2
+    (line,) = error_lines(proc.stderr)
+    assert bad.url in line and "HTTP 401" in line and "--api-key-env" in line
+    assert sum(good.requests.values()) + sum(bad.requests.values()) == 0
+    assert rows(job) == []
+
+
+def test_an_endpoint_failing_mid_job_hands_its_records_to_the_other(job, fault_server_factory):
+    from tests.plugins.fault_server import status
+
+    ids = write_records(job["input"], 400)
+    a, b = fault_server_factory(), fault_server_factory()
+    a.default = b.default = slow(0.02)
+    t0 = time.monotonic()
+    proc = start(*batch_run(job, a.openai_url, b.openai_url, extra=("--concurrency", "16")))
+    _wait_rows(job, 30)
+    b.default = status(503)
+    code, _, stderr = finish(proc, t0, 90)
+    assert code == 0, stderr
+    by_id = assert_exactly_once(job, ids)
+    assert all(r["status"] == "done" for r in by_id.values())
+    assert b.requests.total() < a.requests.total()
+
+
+def test_one_record_that_always_hangs_ends_as_its_error_and_the_job_completes(job, fault_server):
+    ids = write_records(job["input"], 40)
+    fault_server.script("r7", *[hang()] * 20)
+    proc = run(job, fault_server, "--stall-after", "2", limit=60)
+    assert proc.returncode == 3, proc.stderr
+    by_id = assert_exactly_once(job, ids)
+    assert by_id["r7"]["status"] == "error"
+    assert "no progress" in by_id["r7"]["error"]
+    assert by_id["r7"]["failure"]["kind"] == "stalled_alone"
+    assert sum(r["status"] == "done" for r in by_id.values()) == 39
+    assert "finished with 1 record error(s)" in proc.stdout
+
+
+def test_the_client_suspended_longer_than_stall_after_is_no_stalled_server(job, fault_server):
+    """The calls in flight while the client is stopped answer 1.5 s after it wakes: measured
+    on the raw clock nothing advanced for 6+ s (> --stall-after 3), but the client was not
+    running for 6 of them, so the server was never quiet for 3 s."""
+    ids = write_records(job["input"], 300)
+    fault_server.default = slow(0.05)
+    fault_server.check_action = ok()
+    extra = ("--stall-after", "3", "--concurrency", "4")
+    t0 = time.monotonic()
+    proc = start(*batch_run(job, fault_server.openai_url, extra=extra))
+    _wait_rows(job, 20)
+    fault_server.default = slow(7.5)
+    time.sleep(0.3)  # the in-flight set is now four slow calls
+    os.kill(proc.pid, signal.SIGSTOP)
+    time.sleep(6)
+    fault_server.default = slow(0.05)
+    os.kill(proc.pid, signal.SIGCONT)
+    code, _, stderr = finish(proc, t0, 90)
+    assert code == 0, stderr
+    assert error_lines(stderr) == []
+    assert all(r["status"] == "done" for r in assert_exactly_once(job, ids).values())
+    events = [json.loads(x) for x in (job["out"] / "runs.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e.get("event") == "stalled"]
+
+
+def test_answers_from_a_fallback_model_are_recorded_and_said(job, fault_server, rewriting_proxy):
+    ids = write_records(job["input"], 30)
+    proxy = rewriting_proxy(fault_server.url)
+    proxy.rewrite = fallback_model("big-fallback")
+    proc = sparkops(*batch_run(job, proxy.openai_url), limit=30)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = error_lines(proc.stderr)
+    assert "warning" in line and "'big-fallback'" in line and "'tiny'" in line
+    by_id = assert_exactly_once(job, ids)
+    assert Counter(r["steps"][0]["model"] for r in by_id.values()) == {"big-fallback": 30}
+    serving = [json.loads(x) for x in (job["out"] / "serving.jsonl").read_text().splitlines()]
+    (other,) = [s for s in serving if s.get("event") == "other-model"]
+    assert other["model"] == "big-fallback" and other["expected"] == "tiny"
+
+
+def test_strict_serving_stops_on_a_fallback_model(job, fault_server, rewriting_proxy):
+    write_records(job["input"], 200)
+    proxy = rewriting_proxy(fault_server.url)
+    proxy.rewrite = fallback_model("big-fallback")
+    proc = sparkops(*batch_run(job, proxy.openai_url, extra=("--strict-serving",)), limit=30)
+    assert proc.returncode == 1
+    (line,) = error_lines(proc.stderr)
+    assert "--strict-serving" in line and "'big-fallback'" in line
+    assert len(rows(job)) < 200
+
+
+def test_a_proxy_that_blanks_every_answer_fails_no_record(job, fault_server, rewriting_proxy):
+    """content null from a filter is no decision: retried, then the job stops (exit 1) with
+    nothing recorded, and the records go through once the proxy is fixed."""
+    ids = write_records(job["input"], 40)
+    proxy = rewriting_proxy(fault_server.url)
+    proxy.rewrite = rewrite_content(None)
+    proc = sparkops(*batch_run(job, proxy.openai_url, extra=("--retry-for", "2")), limit=40)
+    assert proc.returncode == 1, proc.stderr
+    (line,) = error_lines(proc.stderr)
+    assert "no endpoint has answered" in line and "has no text" in line
+    assert rows(job) == []
+    proxy.rewrite = None
+    again = sparkops(*batch_run(job, proxy.openai_url), limit=30)
+    assert again.returncode == 0, again.stderr
+    assert_exactly_once(job, ids)
