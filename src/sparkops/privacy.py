@@ -56,6 +56,11 @@ _SECRET_QUERY = re.compile(
 REDACTED = "***"
 
 
+def has_credentials(url: str) -> bool:
+    """True when `url` carries user information (`scheme://user:password@host`)."""
+    return _USERINFO.match(url.strip()) is not None
+
+
 def redact(text: str) -> str:
     """`text` (a URL, or a message, a line or a file quoting URLs) with every URL's
     credentials replaced by ***: `http://user:pass@host/v1` -> `http://***@host/v1`,

@@ -8,9 +8,10 @@ everything it prints (stdout, stderr, `report`), whatever happened during the jo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from tests.plugins.cli import batch_run, sparkops
+from tests.plugins.cli import SPARKOPS, batch_run, sparkops
 from tests.plugins.fault_server import FaultServer, status, write_records
 
 PASSWORD = "s3cr3t-Pa55"
@@ -71,3 +72,29 @@ def test_a_password_is_not_printed_when_the_endpoint_is_down(job: dict[str, Path
     assert run.returncode == 2
     assert PASSWORD not in run.stdout + run.stderr
     assert "127.0.0.1:9" in run.stderr
+
+
+def test_credentials_in_the_url_and_an_api_key_are_refused_before_any_request(
+    fault_server: FaultServer, job: dict[str, Path]
+):
+    """Both would be the Authorization header (aiohttp refuses every such call): one line,
+    exit 2, nothing sent, the password not printed."""
+    write_records(job["input"], 2)
+    url = credentialed(fault_server.url)
+    extra = ("--api-key-env", "SPARKOPS_TEST_KEY")
+    env = {**os.environ, "SPARKOPS_TEST_KEY": "k"}
+    for argv in (
+        batch_run(job, url, extra=extra),
+        [*SPARKOPS, "bench", "sweep", "--pipeline", str(job["pipeline"]), "--input",
+         str(job["input"]), "--out", str(job["out"]), "--endpoint", url, *extra],
+    ):  # fmt: skip
+        run = sparkops(*argv, limit=60, env=env)
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.strip().splitlines() == [
+            f"sparkops: error: --endpoint http://***@127.0.0.1:{fault_server.port} carries "
+            "credentials and --api-key-env SPARKOPS_TEST_KEY sets a key: both would be the "
+            "Authorization header; keep the key in --api-key-env and take the user:password "
+            "out of the URL"
+        ]
+        assert PASSWORD not in run.stdout + run.stderr
+    assert sum(fault_server.requests.values()) == 0 and not fault_server.paths

@@ -79,3 +79,10 @@ def test_redact_is_idempotent():
     once = privacy.redact("http://a:b@h:1 and http://c@h:2?token=x")
     assert once == "http://***@h:1 and http://***@h:2?token=***"
     assert privacy.redact(once) == once
+
+
+def test_has_credentials():
+    assert privacy.has_credentials("http://u:p@h:1/v1")
+    assert privacy.has_credentials("https://token@h/v1")
+    assert not privacy.has_credentials("http://h:1/v1")
+    assert not privacy.has_credentials("http://h:1/v1/x@y")

@@ -29,12 +29,21 @@ from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from sparkops.batch.connections import CONNECT_GAP_S, RECYCLE_EVERY
 from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.errors import UserError
+from sparkops.privacy import has_credentials, redact
 
 
 @dataclass(frozen=True)
@@ -246,6 +255,19 @@ class JobConfig(EngineSettings):
             raise ValueError(f"choose one of {', '.join(sorted(POLICIES))}")
         return value
 
+    @model_validator(mode="after")
+    def _one_authorization(self) -> JobConfig:
+        """A URL's user:password is sent as basic auth, --api-key-env as a bearer key: both
+        are the request's one Authorization header, so aiohttp refuses every call."""
+        url = next((u for u in self.endpoints if has_credentials(u)), None)
+        if url is not None and self.api_key_env:
+            raise ValueError(
+                f"--endpoint {redact(url)} carries credentials and --api-key-env "
+                f"{self.api_key_env} sets a key: both would be the Authorization header; "
+                "keep the key in --api-key-env and take the user:password out of the URL"
+            )
+        return self
+
     def engine(self) -> EngineSettings:
         """The engine's view of this job's settings (the same values, frozen)."""
         return EngineSettings(**{name: getattr(self, name) for name in EngineSettings.model_fields})
@@ -355,7 +377,9 @@ def job_config(**settings: Any) -> JobConfig:
         return JobConfig(**settings)
     except ValidationError as err:
         first = err.errors()[0]
-        name = str(first["loc"][0]) if first["loc"] else "setting"
+        if not first["loc"]:  # a rule across settings (model_validator): its own sentence
+            raise UserError(str(first["msg"]).removeprefix("Value error, ")) from None
+        name = str(first["loc"][0])
         field = JobConfig.model_fields.get(name)
         flag = _flag(field) if field is not None else None
         kind = _scalar(field) if field is not None else None
