@@ -1,4 +1,5 @@
-"""container_runtime on hosts the kit has never seen (issue 12, items 5, 6, 8, 10 and 13).
+"""container_runtime on hosts the kit has never seen (issue 12, items 5, 6, 8, 10 and 13; issue 24,
+items 10-13, 17).
 
 Two amd64 systemd hosts, each with its own Docker engine, walk the states a new Spark owner
 meets. Only the container_runtime role (and the always-run preflight) converges here
@@ -13,20 +14,20 @@ meets. Only the container_runtime role (and the always-run preflight) converges 
   host then re-converges cut off every network, changing nothing.
 - A Debian host: a user in container_runtime_docker_users that does not exist; check mode on
   the fresh host without python3-apt; Debian's docker.io installed and running (as DGX OS ships
-  Docker), then the kit's first converge killed after daemon.json gained the nvidia runtime and
-  before the restart handler ran; the next converge; a re-converge cut off every network.
+  Docker) with /etc/docker/daemon.json a link to a site-managed file, then the kit's first
+  converge (daemon options under `runtimes`, and log-driver) killed after daemon.json gained
+  the options and the nvidia runtime, before the restart handler ran; the next converge (given
+  `-e container_runtime_nvidia_set_default=false`) restarts Docker naming every option the
+  engine lacks, writes through the link and installs python3-requests; a re-converge cut off
+  every network changes nothing (the deep merge).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -35,8 +36,16 @@ from tests.plugins.hosts import (
     docker_ce_standin,
     offline,
 )
-from tests.plugins.playbook import PlaybookRun, start_playbook
-from tests.plugins.provision import JOB_USER, prepare, provision, write_inventory
+from tests.plugins.playbook import PlaybookRun
+from tests.plugins.provision import (
+    JOB_USER,
+    daemon_json,
+    engine_info,
+    prepare,
+    provision,
+    provision_killed_at,
+    write_inventory,
+)
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -46,6 +55,11 @@ ENGINE_FAMILY = ("docker-ce", "docker-ce-cli", "containerd.io")
 # The first task after daemon.json is written with the nvidia runtime: killing the run when it
 # starts leaves the restart handler notified but never run.
 AFTER_WIRING = "TASK [container_runtime : Add the job users to the docker group]"
+SITE_FILE = "/etc/site/docker-daemon.json"
+# Options under "runtimes" beside the nvidia runtime: a shallow merge dropped runtimes.nvidia,
+# which the nvidia task added back, restarting Docker on every converge.
+DAEMON_OPTIONS = {"log-driver": "local", "runtimes": {"runc-alt": {"path": "runc"}}}
+NVIDIA = {"args": [], "path": "nvidia-container-runtime"}
 RESTART = re.compile(r"RUNNING HANDLER \[container_runtime : Restart Docker\][^\n]*\n(changed|ok)")
 
 
@@ -57,35 +71,7 @@ def installed(host: Host, package: str) -> bool:
 
 def runtimes(host: Host) -> dict:
     """The runtimes the host's running Docker engine knows."""
-    info = host.exec(["docker", "info", "--format", "{{json .Runtimes}}"], check=True)
-    return json.loads(info.stdout)
-
-
-def daemon_json(host: Host) -> dict:
-    """The host's /etc/docker/daemon.json ({} when absent)."""
-    text = host.exec("cat /etc/docker/daemon.json 2>/dev/null").stdout.strip()
-    return json.loads(text) if text else {}
-
-
-def playbook_killed_at(inventory: Path, marker: str, timeout: float = 900) -> str:
-    """Run provision.yml (container_runtime only) and SIGKILL it when ``marker`` is printed.
-
-    Stands in for a converge interrupted by a dropped SSH session or a Ctrl-C at the wrong
-    moment: ansible-playbook and its workers die together (one process group).
-    """
-    deadline = time.monotonic() + timeout
-    lines: list[str] = []
-    with start_playbook("provision.yml", inventory, *TAGS, new_session=True) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if marker in line or time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                break
-        proc.wait()
-    output = "".join(lines)
-    assert marker in output, output[-4000:]
-    return output
+    return engine_info(host)["Runtimes"]
 
 
 @dataclass
@@ -196,6 +182,9 @@ class Interrupted:
     daemon_after_kill: dict
     runtimes_after_kill: dict
     recovered: PlaybookRun
+    linked: bool
+    site_after: dict
+    requests_import: int
     offline: PlaybookRun
 
 
@@ -212,7 +201,9 @@ def interrupted(
     refused = provision(ghost, *TAGS)
     ghost_exists = host.exec(["getent", "passwd", GHOST]).returncode == 0
 
-    inventory = write_inventory(directory / "plain", host)
+    inventory = write_inventory(
+        directory / "plain", host, {"container_runtime_daemon_options": DAEMON_OPTIONS}
+    )
     # A fresh host as a user may have it: without python3-apt (the test image ships it).
     host.exec(["dpkg", "--remove", "python3-apt"], check=True)
     check = provision(inventory, *TAGS, "--check", "--diff")
@@ -230,11 +221,21 @@ def interrupted(
     )
     assert host.exec(["systemctl", "is-active", "docker"]).stdout.strip() == "active"
     assert "nvidia" not in runtimes(host)
-    playbook_killed_at(inventory, AFTER_WIRING)
+    # The site keeps Docker's options elsewhere; /etc/docker/daemon.json links to them.
+    host.exec(
+        f'mkdir -p /etc/site && echo \'{{"log-level": "info"}}\' > {SITE_FILE}'
+        f" && ln -s {SITE_FILE} /etc/docker/daemon.json",
+        check=True,
+    )
+    provision_killed_at(inventory, AFTER_WIRING, *TAGS)
     daemon_after_kill = daemon_json(host)
     runtimes_after_kill = runtimes(host)
-    recovered = provision(inventory, *TAGS)
+    # "false" as -e gives it: a string, which must not make nvidia the default runtime.
+    recovered = provision(inventory, *TAGS, "-e", "container_runtime_nvidia_set_default=false")
     assert recovered.rc == 0, recovered.output[-4000:]
+    linked = host.exec(["test", "-L", "/etc/docker/daemon.json"]).returncode == 0
+    site_after = json.loads(host.exec(["cat", SITE_FILE], check=True).stdout)
+    requests_import = host.exec(["python3", "-c", "import requests"]).returncode
     with offline(host):
         # Really cut off: no route leaves the host (the apt mirror is unreachable).
         assert host.exec(["ip", "route", "show", "default"]).stdout.strip() == ""
@@ -252,6 +253,9 @@ def interrupted(
         daemon_after_kill,
         runtimes_after_kill,
         recovered,
+        linked,
+        site_after,
+        requests_import,
         cut_off,
     )
 
@@ -285,10 +289,29 @@ def test_a_killed_first_converge_is_finished_by_the_next_one(interrupted: Interr
     assert "nvidia" in interrupted.daemon_after_kill["runtimes"]
     assert "nvidia" not in interrupted.runtimes_after_kill
     out = interrupted.recovered.output
-    assert "Restart Docker because it runs without the nvidia runtime" in out
+    text = interrupted.recovered.text
+    assert "Restart Docker because it runs with other settings than daemon.json's" in out
+    # Every option the role manages is compared, not only the nvidia runtime.
+    assert "log-driver: daemon.json says local, the engine runs json-file" in text
+    assert "runtimes: daemon.json says nvidia, runc-alt, the engine runs" in text
     restart = RESTART.search(out)
     assert restart and restart.group(1) == "changed", out[-4000:]
-    assert "nvidia" in runtimes(interrupted.host)
+    info = engine_info(interrupted.host)
+    assert {"nvidia", "runc-alt"} <= set(info["Runtimes"]) and info["LoggingDriver"] == "local"
+    assert info["DefaultRuntime"] == "runc"
+
+
+def test_a_linked_daemon_json_is_written_through_and_merged_deeply(
+    interrupted: Interrupted,
+) -> None:
+    assert interrupted.linked
+    assert interrupted.site_after == {
+        "log-level": "info",
+        "log-driver": "local",
+        "runtimes": {"nvidia": NVIDIA, "runc-alt": {"path": "runc"}},
+    }  # and no default-runtime
+    assert "is a link to /etc/site/docker-daemon.json" in interrupted.recovered.text
+    assert interrupted.requests_import == 0  # community.docker's modules can run on the host
 
 
 def test_a_converged_host_reconverges_offline_changing_nothing(interrupted: Interrupted) -> None:

@@ -8,6 +8,10 @@ inventory shaped like inventory/single/ with the settings a Debian test host nee
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +19,7 @@ from typing import Any
 import yaml
 
 from tests.plugins.hosts import Host, inventory, put_fixture, set_gpu_state
-from tests.plugins.playbook import PlaybookRun, run_playbook
+from tests.plugins.playbook import PlaybookRun, run_playbook, start_playbook
 
 JOB_USER = "researcher"
 # The kit names no package host; a user sets NVIDIA's URLs. Check mode only renders them.
@@ -60,6 +64,39 @@ def write_inventory(directory: Path, host: Host, extra: dict[str, Any] | None = 
 def provision(inventory_dir: Path, *args: str, timeout: float = 1200) -> PlaybookRun:
     """Run provision.yml the way the README says (the kit's ansible.cfg), ``args`` appended."""
     return run_playbook("provision.yml", inventory_dir, *args, timeout=timeout)
+
+
+def provision_killed_at(inventory_dir: Path, marker: str, *args: str, timeout: float = 900) -> str:
+    """Run provision.yml (``args`` appended) and SIGKILL it when ``marker`` is printed.
+
+    Stands in for a converge interrupted by a dropped SSH session or a Ctrl-C at the wrong
+    moment: ansible-playbook and its workers die together (one process group).
+    """
+    deadline = time.monotonic() + timeout
+    lines: list[str] = []
+    with start_playbook("provision.yml", inventory_dir, *args, new_session=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if marker in line or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+        proc.wait()
+    output = "".join(lines)
+    assert marker in output, output[-4000:]
+    return output
+
+
+def engine_info(host: Host) -> dict[str, Any]:
+    """The host's running Docker engine as `docker info --format '{{json .}}'` shows it."""
+    info = host.exec(["docker", "info", "--format", "{{json .}}"], check=True)
+    return json.loads(info.stdout)
+
+
+def daemon_json(host: Host) -> dict[str, Any]:
+    """The host's /etc/docker/daemon.json, through a link ({} when absent)."""
+    text = host.exec("cat /etc/docker/daemon.json 2>/dev/null").stdout.strip()
+    return json.loads(text) if text else {}
 
 
 @dataclass
