@@ -21,7 +21,7 @@ from typing import TextIO
 
 from sparkops import __version__
 from sparkops.errors import Interrupted, JobStopped, UserError
-from sparkops.privacy import redact
+from sparkops.privacy import RedactingStream
 
 # One line per command family; each module defines register(subparsers).
 COMMAND_MODULES = [
@@ -109,11 +109,15 @@ def _show_warning(
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status (see the module docstring)."""
     warnings.showwarning = _show_warning
+    stderr = sys.stderr
+    # credentials in an endpoint URL are never printed, whoever prints it (privacy.redact)
+    sys.stderr = RedactingStream(stderr)
     try:
         try:
             return _run(argv)
         finally:
             sys.stdout.flush()  # here, so a closed pipe is caught below, not at exit
+            sys.stderr = stderr
     except BrokenPipeError:
         # The reader stopped (`| head`): nothing more can be said on stdout; point it at
         # /dev/null so the interpreter's own flush at exit does not report the pipe again.
@@ -132,13 +136,13 @@ def _run(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as err:
-        print(f"sparkops: error: {redact(str(err))}", file=sys.stderr)
+        print(f"sparkops: error: {err}", file=sys.stderr)
         return 2
     except Interrupted as err:
-        print(f"sparkops: {redact(str(err))}", file=sys.stderr)
+        print(f"sparkops: {err}", file=sys.stderr)
         return err.exit_status
     except JobStopped as err:
-        print(f"sparkops: error: {redact(str(err))}", file=sys.stderr)
+        print(f"sparkops: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("sparkops: interrupted", file=sys.stderr)

@@ -12,6 +12,7 @@ harmless to the others).
 from __future__ import annotations
 
 import re
+from typing import Any, TextIO
 
 # Usage statistics and telemetry, one variable per library that phones home.
 TELEMETRY_OFF: dict[str, str] = {
@@ -72,3 +73,19 @@ def redact(text: str) -> str:
     if "=" in text:
         text = _SECRET_QUERY.sub(rf"\1{REDACTED}", text)
     return text
+
+
+class RedactingStream:
+    """A text stream (stderr) whose every write goes through `redact`: whatever part of the
+    kit prints a message naming an endpoint, its credentials do not reach the terminal or
+    the journal. Everything else (isatty, fileno, flush, encoding) is the stream's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

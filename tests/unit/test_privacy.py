@@ -86,3 +86,31 @@ def test_has_credentials():
     assert privacy.has_credentials("https://token@h/v1")
     assert not privacy.has_credentials("http://h:1/v1")
     assert not privacy.has_credentials("http://h:1/v1/x@y")
+
+
+def test_the_kits_stderr_redacts_whatever_prints_on_it(capsys, monkeypatch):
+    """sparkops.cli.main wraps stderr: a warning printed by any module is redacted."""
+    import io
+    import sys
+
+    from sparkops import cli
+
+    buffer = io.StringIO()
+    stream = privacy.RedactingStream(buffer)
+    print("sparkops: warning: http://u:pw@h:1/v1 is slow", file=stream)  # type: ignore[arg-type]
+    assert buffer.getvalue() == "sparkops: warning: http://***@h:1/v1 is slow\n"
+    assert stream.isatty() is False and stream.getvalue() == buffer.getvalue()
+
+    seen = []
+
+    def build_parser():
+        seen.append(type(sys.stderr).__name__)
+        print("reaching http://alice:pw@127.0.0.1:9/v1", file=sys.stderr)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", build_parser)
+    assert cli.main(["batch", "status", "x"]) == 130
+    assert seen == ["RedactingStream"]
+    err = capsys.readouterr().err
+    assert "alice" not in err and "pw@" not in err and "http://***@127.0.0.1:9/v1" in err
+    assert not isinstance(sys.stderr, privacy.RedactingStream)  # put back after the command
