@@ -45,6 +45,7 @@ class InputProblem:
     id: str | None = None
     # "unreadable" (not JSON, not an object), "no-id", or "invalid" (the rest)
     reason: Literal["unreadable", "no-id", "invalid"] = "invalid"
+    fields: tuple[str, ...] = ()  # a "no-id" line's field names, for the message
 
 
 def detect_kind(path: Path, encoding: str = UTF8) -> InputKind:
@@ -156,7 +157,9 @@ def _read_jsonl(
                 if kind == "openai"
                 else "give every record an id, or pass --id-field NAME"
             )
-            yield InputProblem(n, f"line {n}: no {id_field!r} field; {fix}", reason="no-id")
+            yield InputProblem(
+                n, f"line {n}: no {id_field!r} field; {fix}", reason="no-id", fields=tuple(obj)
+            )
             continue
         rid = str(rid)
         if kind == "openai":
@@ -283,7 +286,7 @@ def scan_input(path: Path, kind: InputKind, id_field: str, encoding: str = UTF8)
     total = 0
     for item in read_records(path, kind, id_field, encoding, stamp.size):
         total += 1
-        if first_fields is None and isinstance(item, Record):
+        if first_fields is None and (isinstance(item, Record) or item.fields):
             first_fields = list(item.fields)
         # A malformed line that carries an id (a CSV row with an extra value, an OpenAI line
         # that fails validation) is journalled under that id, so it counts: left out, it
