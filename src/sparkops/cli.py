@@ -20,7 +20,7 @@ import warnings
 from typing import TextIO
 
 from sparkops import __version__
-from sparkops.errors import Interrupted, JobStopped, UserError
+from sparkops.errors import Advice, Interrupted, JobStopped, UserError
 from sparkops.privacy import RedactingStream
 
 # One line per command family; each module defines register(subparsers).
@@ -98,9 +98,10 @@ def _show_warning(
     file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
-    """The kit's deprecations (FutureWarning: a spelling still accepted) as one line a user
-    reads; any other warning keeps Python's own format (file and line help a bug report)."""
-    if issubclass(category, FutureWarning):
+    """The kit's deprecations (FutureWarning: a spelling still accepted) and advice (Advice)
+    as one line a user reads; any other warning keeps Python's own format (file and line help
+    a bug report)."""
+    if issubclass(category, FutureWarning | Advice):
         print(f"sparkops: warning: {message}", file=sys.stderr)
     else:
         _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)

@@ -6,6 +6,12 @@ class UserError(Exception):
     with no traceback, before anything has been changed."""
 
 
+class Advice(UserWarning):
+    """A setup that works but that a vLLM user would question (pipeline parallel for a model
+    that fits one Spark): one line on stderr, "sparkops: warning: ...", and the command goes
+    on."""
+
+
 class JobStopped(Exception):
     """A job stopped part-way for a cause outside the input (the disk is full, no server
     answers): printed as one line naming the cause and the fix, exit status 1. Everything

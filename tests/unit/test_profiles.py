@@ -17,7 +17,9 @@ from sparkops.profiles import (
     load_profile,
     profile_problems,
 )
+from sparkops.profiles.checks import fits_one_host, memory_need_bytes
 from sparkops.render.command import serve_command
+from sparkops.units import GIB
 
 # The seed's recommended command, as printed in the post (model, then flags in this order).
 SEED_COMMAND = """vllm serve RedHatAI/gemma-4-12B-it-FP8-dynamic
@@ -189,3 +191,16 @@ def test_async_scheduling_in_extra_args_with_pp_is_refused_unless_v2_is_pinned(t
     data["env"]["VLLM_USE_V2_MODEL_RUNNER"] = "1"
     pinned = load_profile(_write(tmp_path, data))
     assert profile_problems(pinned, DeployFacts(pipeline_parallel=2)) == []
+
+
+def test_each_pipeline_stage_holds_its_share_of_the_weights():
+    """The pair-pp profile does not fit one Spark; on the pair each holds half the layers."""
+    profile = load_profile("gb10-qwen25-72b-bf16")
+    kv = profile.vllm.kv_cache_memory_bytes
+    assert memory_need_bytes(profile, 110, stages=1) == int(135.4 * GIB) + kv
+    assert memory_need_bytes(profile, 110, stages=2) == int(135.4 * GIB / 2) + kv
+    assert not fits_one_host(profile, 110)
+    assert fits_one_host(load_profile("gb10-gemma4-12b-fp8"), 110)
+    assert profile_problems(profile, DeployFacts(gpu_memory_gib=110, pipeline_parallel=2)) == []
+    (problem,) = profile_problems(profile, DeployFacts(gpu_memory_gib=80, pipeline_parallel=2))
+    assert "weights (67.7 GiB, 1/2 of 135.4 GiB) + KV cache need 91.7 GiB, over" in problem

@@ -118,3 +118,49 @@ def test_a_relative_model_folder_says_to_set_an_absolute_path(tmp_path: Path) ->
         "be an absolute path (it is bind-mounted): write it absolute, or, where it is built "
         "from SPARKOPS_CACHE, set an absolute SPARKOPS_CACHE. Fix the inventory's group_vars."
     )
+
+
+PP_ADVICE = (
+    "sparkops: warning: profile gb10-gemma4-12b-fp8 fits one Spark (weights + KV cache 73.5 "
+    "GiB of a 110 GiB budget): pipeline parallel over two only slows it; serve it data "
+    "parallel (sparkops_topology: pair-dp, a replica per Spark), or give pair-pp a model that "
+    "needs two Sparks (e.g. the gb10-qwen25-72b-bf16 profile)"
+)
+
+
+def test_the_pair_pp_example_serves_a_model_that_needs_two_sparks(tmp_path: Path) -> None:
+    """inventory/pair-pp renders its 72B BF16 profile without advice; each Spark holds half
+    the weights, so the memory guard's start bar fits a Spark; one Spark refuses it."""
+    env = {**os.environ, "SPARKOPS_CACHE": str(tmp_path / "cache")}
+    pair = REPO / "inventory" / "pair-pp"
+    proc = sparkops(
+        "render", "--inventory", str(pair), "--out", "out", limit=60, cwd=tmp_path, env=env
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    for host in ("spark-a", "spark-b"):
+        guard = (tmp_path / "out" / host / "memory-guard.sh").read_text()
+        bar = int(re.search(r"else bar=(\d+);", guard).group(1))
+        assert 100e9 < bar < 120e9, bar  # half of 145 GB + 25.8 GB cache + activations, margin
+    single = _with_vars(
+        make_inventory(tmp_path / "one", "single"),
+        vllm_serving_profile="gb10-qwen25-72b-bf16",
+        vllm_serving_gpu_memory_gib=110,
+        vllm_serving_concurrency=256,
+    )
+    one = sparkops("render", "--inventory", str(single), "--out", "one-out", limit=60, cwd=tmp_path)
+    assert one.returncode == 2 and "Traceback" not in one.stderr
+    assert "weights (135.4 GiB) + KV cache need 159.4 GiB, over spark-1's GPU memory budget" in (
+        one.stderr
+    )
+
+
+@pytest.mark.parametrize("budget", [None, 110])
+def test_a_pipeline_pair_for_a_model_that_fits_one_spark_is_advised_against(
+    tmp_path: Path, budget: int | None
+) -> None:
+    extra = {} if budget is None else {"vllm_serving_gpu_memory_gib": budget}
+    inventory = make_inventory(tmp_path / "inv", "pipeline-ray", **extra)
+    proc = sparkops("render", "--inventory", str(inventory), "--out", "out", limit=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [PP_ADVICE]
+    assert (tmp_path / "out" / "spark-2" / "compose.yml").is_file()  # the render went on

@@ -38,13 +38,15 @@ class DeployFacts:
     pipeline_parallel: int | None = None
 
 
-def memory_need_bytes(profile: Profile, gpu_memory_gib: float) -> int:
-    """Weights plus KV cache in bytes: the one place to switch over to sparkops.plan.memory.
+def memory_need_bytes(profile: Profile, gpu_memory_gib: float, stages: int = 1) -> int:
+    """Weights plus KV cache in bytes on one host: the one place to switch over to
+    sparkops.plan.memory.
 
     With `--kv-cache-memory-bytes` vLLM takes exactly that much; without it, it takes
-    `gpu_memory_utilization` of the budget for weights and cache together.
+    `gpu_memory_utilization` of the budget for weights and cache together. Both are per GPU,
+    and with pipeline parallelism each of the `stages` hosts holds its share of the layers.
     """
-    weights = int(profile.weights_gib * GIB)
+    weights = int(profile.weights_gib * GIB / stages)
     args = profile.vllm
     if args.kv_cache_memory_bytes is not None:
         return weights + args.kv_cache_memory_bytes
@@ -122,16 +124,18 @@ def profile_problems(profile: Profile, facts: DeployFacts) -> list[str]:
             "expandable segments: add env PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True "
             "or lower vllm.kv_cache_memory_bytes to 54 GiB or less"
         )
+    pp = pipeline_stages(profile) if facts.pipeline_parallel is None else facts.pipeline_parallel
     if profile.platform == "gb10" and facts.gpu_memory_gib is not None:
-        need = memory_need_bytes(profile, facts.gpu_memory_gib)
+        need = memory_need_bytes(profile, facts.gpu_memory_gib, pp)
         if need > facts.gpu_memory_gib * GIB:
+            share = f"{profile.weights_gib / pp:.1f} GiB, 1/{pp} of " if pp > 1 else ""
             problems.append(
-                f"weights ({profile.weights_gib:.1f} GiB) + KV cache need {need / GIB:.1f} GiB, "
+                f"weights ({share}{profile.weights_gib:.1f} GiB) + KV cache need "
+                f"{need / GIB:.1f} GiB, "
                 f"over {facts.host}'s GPU memory budget of {facts.gpu_memory_gib:.1f} GiB: lower "
                 "vllm.kv_cache_memory_bytes, or raise the host's GPU memory (NVIDIA app on the "
                 "laptop) and its vllm_serving_gpu_memory_gib in the inventory"
             )
-    pp = pipeline_stages(profile) if facts.pipeline_parallel is None else facts.pipeline_parallel
     if pp > 1 and "--async-scheduling" in args.extra_args and not pins_v2_runner(profile):
         problems.append(
             f"pipeline parallel size {pp} with --async-scheduling in vllm.extra_args stops vLLM "
@@ -153,6 +157,13 @@ def profile_problems(profile: Profile, facts: DeployFacts) -> list[str]:
             "environment of `sparkops render`)"
         )
     return [f"profile {name}: {p}" for p in problems]
+
+
+def fits_one_host(profile: Profile, gpu_memory_gib: float) -> bool:
+    """Whether the whole model, weights and KV cache, fits one host's GPU memory budget:
+    then pipeline parallelism only adds the pipeline's bubble and the link's latency, and
+    data parallel (a replica per host) serves more."""
+    return memory_need_bytes(profile, gpu_memory_gib) <= gpu_memory_gib * GIB
 
 
 def check_profile(profile: Profile, facts: DeployFacts) -> None:

@@ -12,16 +12,17 @@ One function per topology keeps each shape readable:
 from __future__ import annotations
 
 import ipaddress
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pydantic import BaseModel
 
 from sparkops.addresses import local_base_url
-from sparkops.errors import UserError
+from sparkops.errors import Advice, UserError
 from sparkops.privacy import TELEMETRY_OFF, private_env
 from sparkops.profiles import DeployFacts, Profile, check_profile, load_profile
-from sparkops.profiles.checks import pipeline_stages
+from sparkops.profiles.checks import fits_one_host, memory_need_bytes, pipeline_stages
 from sparkops.render.command import native_parallel_flags, ray_parallel_flags, serve_command
 from sparkops.render.inventory import Inventory
 from sparkops.render.master_key import ENV_NAME as MASTER_KEY_ENV
@@ -34,6 +35,7 @@ from sparkops.render.settings import (
     split_prefixed,
     topology_named,
 )
+from sparkops.units import GIB
 from sparkops.versions import RAY_VERSION
 
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
@@ -56,6 +58,16 @@ class HostStack:
     router: dict[str, Any] | None = None
     ray: dict[str, Any] | None = None
     files: list[str] = field(default_factory=list)
+    stages: int = 1  # pipeline stages of the whole stack (plan_stack decided them)
+
+    def host_share(self) -> Profile:
+        """The profile as one host holds it: with pipeline parallelism its share of the
+        weights (each host loads 1/stages of the layers), what the memory guard sizes."""
+        if self.stages <= 1 or self.role not in ("head", "worker"):
+            return self.profile
+        return self.profile.model_copy(
+            update={"weights_gib": self.profile.weights_gib / self.stages}
+        )
 
 
 def serving_hosts(inv: Inventory) -> list[str]:
@@ -83,9 +95,10 @@ def _check_bind(host: str, serving: ServingVars) -> None:
 
 
 def _base_env(profile: Profile, serving: ServingVars) -> dict[str, str]:
-    # Privacy by default (sparkops.privacy); the hub is reached only for weights named, not
-    # mounted from vllm_serving_model_dir.
-    env = private_env(offline=bool(serving.model_dir))
+    # Privacy by default (sparkops.privacy): the weights are on the host before vLLM starts (a
+    # mounted vllm_serving_model_dir, or the deploy's host-side download), so vLLM never
+    # reaches the hub, unless vllm_serving_model_download is false.
+    env = private_env(offline=bool(serving.model_dir) or serving.model_download)
     env.update(profile.env)
     env.update(serving.extra_env)
     return env
@@ -161,6 +174,27 @@ HOST_COUNTS: dict[str, tuple[int, int | None]] = {
     "pipeline-parallel": (2, 2),
 }
 PIPELINE_STAGES = 2
+# A Spark's GPU memory budget when the inventory sets none: the example inventories'
+# vllm_serving_gpu_memory_gib (about 121.7 GiB of the 128 GB are visible to the OS).
+SPARK_GPU_MEMORY_GIB = 110.0
+
+
+def _advise_against_needless_pipeline(profile: Profile, serving: ServingVars) -> None:
+    """Warn (one line, the render goes on) when a pipeline-parallel stack serves a model that
+    fits one Spark: two data-parallel replicas then serve more, without the pipeline's bubble
+    or the link's latency in every step."""
+    budget = serving.gpu_memory_gib or SPARK_GPU_MEMORY_GIB
+    if profile.platform != "gb10" or not fits_one_host(profile, budget):
+        return
+    need = memory_need_bytes(profile, budget) / GIB
+    warnings.warn(
+        f"profile {profile.name} fits one Spark (weights + KV cache {need:.1f} GiB of a "
+        f"{budget:.0f} GiB budget): pipeline parallel over two only slows it; serve it data "
+        "parallel (sparkops_topology: pair-dp, a replica per Spark), or give pair-pp a model "
+        "that needs two Sparks (e.g. the gb10-qwen25-72b-bf16 profile)",
+        Advice,
+        stacklevel=3,
+    )
 
 
 def _check_host_count(topology: str, hosts: list[str], named: tuple[str, str]) -> None:
@@ -202,6 +236,8 @@ def plan_stack(
     _check_host_count(topology, hosts, topology_named(inv.hostvars[hosts[0]]))
     # The stage count, decided here once and handed on as a number (the rules, the command).
     stages = pipeline_stages(profile, PIPELINE_STAGES if topology == "pipeline-parallel" else 1)
+    if topology == "pipeline-parallel":
+        _advise_against_needless_pipeline(profile, first)
     stacks: dict[str, HostStack] = {}
     for host in hosts:
         serving: ServingVars = parsed[host]["vllm_serving_"]  # type: ignore[assignment]
@@ -215,7 +251,7 @@ def plan_stack(
             pipeline_parallel=stages,
         )
         check_profile(profile, facts)
-        stacks[host] = HostStack(host, "single", serving, profile, {}, sec)
+        stacks[host] = HostStack(host, "single", serving, profile, {}, sec, stages=stages)
     if topology == "single":
         only = stacks[hosts[0]]
         only.vllm = _vllm_service(profile, only.serving, stages=stages)

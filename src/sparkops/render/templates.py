@@ -91,7 +91,7 @@ def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[Rend
         "hf_container_cache": CONTAINER_HF_CACHE,
         "entrypoint_len": len(LAUNCHERS[stack.profile.platform]),
         "ray_command": _ray_command(stack) if stack.ray else "",
-        "guard": start_context(stack.profile, stack.serving),
+        "guard": start_context(stack.host_share(), stack.serving),
     }
     plan = [
         ("serving/compose.yml.j2", "compose.yml", 0o644),
