@@ -269,3 +269,55 @@ def test_batch_yml_refuses_root_and_a_missing_job_user(installed: Converged) -> 
     assert ghost.rc != 0 and "'nobody-here' does not exist" in ghost.stdout
     unreadable = run_batch_playbook(installed, base)
     assert unreadable.rc != 0 and f"{JOB_USER} cannot read it" in unreadable.stdout
+
+
+def test_a_venv_without_pip_is_rebuilt_and_one_that_cannot_be_made_says_why(
+    installed: Converged,
+) -> None:
+    """Issue 24 item 14: a venv cut short (no pip) is detected and rebuilt; a venv that cannot
+    be created (a full filesystem) stops with venv's reason and leaves nothing half-made; a
+    noexec filesystem is refused before anything is created there."""
+    host = installed.host
+    host.exec(f"rm -rf {VENV}/lib/python3*/site-packages/pip", check=True)
+    repaired = provision(installed.inventory, *TAGS)
+    assert repaired.rc == 0, repaired.output[-4000:]
+    assert f"{VENV} is unusable" in repaired.text and "No module named pip" in repaired.text
+    assert host.exec([f"{VENV}/bin/sparkops", "--help"]).returncode == 0
+
+    host.exec("mkdir -p /mnt/full /mnt/noexec", check=True)
+    host.exec("mount -t tmpfs -o size=256k tmpfs /mnt/full", check=True)
+    host.exec("mount -t tmpfs -o noexec tmpfs /mnt/noexec", check=True)
+    try:
+        full = provision(installed.inventory, *TAGS, "-e", "sparkops_cli_venv=/mnt/full/venv")
+        assert full.rc != 0
+        assert "-m venv /mnt/full/venv` failed on" in full.text
+        assert "No space left" in full.text and "is full: free space there" in full.text
+        assert host.exec("test -e /mnt/full/venv").returncode != 0  # nothing half-made left
+        noexec = provision(installed.inventory, *TAGS, "-e", "sparkops_cli_venv=/mnt/noexec/v")
+        assert noexec.rc != 0
+        assert "/mnt/noexec/v is on a filesystem mounted noexec (/mnt/noexec is)" in noexec.text
+        assert host.exec("test -e /mnt/noexec/v").returncode != 0
+        assert "Traceback" not in full.output + noexec.output
+    finally:
+        host.exec("umount /mnt/full /mnt/noexec")
+
+
+def test_a_file_at_the_link_path_is_named_with_what_to_do(installed: Converged) -> None:
+    """Issue 24 item 23: another file at /usr/local/bin/sparkops is left alone, and the run
+    says what is there and what to do, instead of Ansible's "refusing to convert"."""
+    host = installed.host
+    host.exec(
+        "rm /usr/local/bin/sparkops && echo '#!/bin/sh' > /usr/local/bin/sparkops", check=True
+    )
+    try:
+        run = provision(installed.inventory, *TAGS)
+        assert run.rc != 0
+        assert "/usr/local/bin/sparkops on" in run.text
+        assert "is already a file of 10 bytes, owned by root" in run.text
+        assert "mv /usr/local/bin/sparkops /usr/local/bin/sparkops.old" in run.text
+        assert "refusing to convert" not in run.output and "Traceback" not in run.output
+        assert host.exec("cat /usr/local/bin/sparkops").stdout == "#!/bin/sh\n"  # untouched
+    finally:
+        host.exec(
+            f"rm -f /usr/local/bin/sparkops && ln -s {VENV}/bin/sparkops /usr/local/bin/sparkops"
+        )
