@@ -41,21 +41,33 @@ _PYTHON_SHOWWARNING = warnings.showwarning
 
 
 class DefaultsShown(argparse.HelpFormatter):
-    """Appends "(default: X)" to an option's help unless the help already says its default;
-    options without one (None, False, an empty list) say nothing, as click's show_default."""
+    """Appends what an argument is when not given — "(default: X)", "(default: off)" for a
+    flag, "(default: unset)", or "(required)" — unless its help already says its default,
+    so `--help` answers that for every option and positional argument."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if not _has_default(action) or "default" in (action.help or "").lower():
+        words = _default_words(action)
+        helps = action.help or ""
+        if words is None or "default" in helps.lower() or helps.endswith(words):
             return action.help
-        return f"{action.help or ''} (default: %(default)s)".lstrip()
+        return f"{helps} {words}".lstrip()
 
 
-def _has_default(action: argparse.Action) -> bool:
-    """An option whose default is worth saying (not None, False, [] or suppressed)."""
+def _default_words(action: argparse.Action) -> str | None:
+    """What `--help` says an argument is when left out (None: say nothing: --help itself,
+    --version, a sub-command list)."""
+    if action.default is argparse.SUPPRESS or isinstance(action, argparse._SubParsersAction):
+        return None
+    if action.required or (not action.option_strings and action.nargs not in ("?", "*")):
+        return "(required)"
     default = action.default
-    return bool(action.option_strings) and not (
-        default is None or default is False or default == [] or default is argparse.SUPPRESS
-    )
+    if isinstance(action, argparse._StoreTrueAction) or default is False:
+        return "(default: off)"
+    if isinstance(action, argparse._StoreFalseAction):
+        return "(default: on)"
+    if default is None or default == []:
+        return "(default: unset)"
+    return "(default: %(default)s)"
 
 
 class RawDefaultsShown(DefaultsShown, argparse.RawDescriptionHelpFormatter):
@@ -70,8 +82,8 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
     )
     parser.formatter_class = RawDefaultsShown if raw else DefaultsShown
     for action in parser._actions:
-        if action.help is None and _has_default(action):
-            action.help = "(default: %(default)s)"  # argparse prints no line for None
+        if not action.help and _default_words(action):
+            action.help = _default_words(action)  # argparse prints no help line for None
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 _show_defaults(sub)

@@ -84,6 +84,42 @@ def test_every_help_shows_every_default():
     assert missing == []
 
 
+def test_every_argument_says_its_default_or_that_it_is_required():
+    """Options without a value (None, a flag that is off) and positional arguments too: the
+    formatter says "(default: unset)", "(default: off)" or "(required)" where the help does
+    not say its default in words."""
+    silent = []
+    for path, parser in every_parser(cli.build_parser()):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if (
+                isinstance(action, argparse._SubParsersAction)
+                or action.default is argparse.SUPPRESS
+            ):
+                continue
+            shown = formatter._expand_help(action) if action.help else ""
+            if "default" not in shown.lower() and "(required)" not in shown:
+                silent.append(f"sparkops {' '.join(path)} {action.option_strings or action.dest}")
+    assert silent == []
+
+
+def test_help_says_the_defaults_the_issue_found_missing():
+    def help_of(*command: str) -> str:
+        proc = subprocess.run(
+            [*SPARKOPS, *command, "--help"], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        return " ".join(proc.stdout.split())
+
+    assert (
+        "max_num_seqs (default: the inventory's vllm_serving_concurrency, else unchecked)"
+        in help_of("render")
+    )
+    assert "vLLM --max-num-seqs (default: vLLM's own)" in help_of("local", "up")
+    status = help_of("batch", "status")
+    assert "dir (required)" in status and "--json (default: off)" in status
+
+
 def test_every_help_prints_without_error(capsys):
     for path, _ in every_parser(cli.build_parser()):
         with pytest.raises(SystemExit) as exit_:

@@ -29,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="first port")
     up.add_argument("--replicas", type=int, default=1, help="servers on ports P..P+N-1")
     up.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache per server, GiB")
-    up.add_argument("--max-num-seqs", type=int, default=None, help="vLLM --max-num-seqs")
+    up.add_argument(
+        "--max-num-seqs", type=int, default=None, help="vLLM --max-num-seqs (default: vLLM's own)"
+    )
     up.add_argument(
         "--timeout", type=float, default=START_TIMEOUT_S, help="seconds to wait for /health"
     )

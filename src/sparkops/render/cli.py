@@ -19,7 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--profile", help="model profile name or YAML path (default: inventory's)")
     parser.add_argument(
-        "--concurrency", type=int, help="the job's requests in flight, checked against max_num_seqs"
+        "--concurrency",
+        type=int,
+        help="the job's requests in flight, checked against max_num_seqs (default: the "
+        "inventory's vllm_serving_concurrency, else unchecked)",
     )
     parser.set_defaults(func=run)
 
