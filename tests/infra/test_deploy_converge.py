@@ -179,6 +179,7 @@ def _preflight_right_after_the_deploy_authenticates_and_accepts_a_starting_conta
     container is not sent to be restarted. The GPU checks fail here (no GPU): only the serving
     checks are judged."""
     summaries = inventory.parent / "preflight"
+    summaries.mkdir()
     run = run_playbook(
         "preflight.yml",
         inventory,
@@ -191,6 +192,7 @@ def _preflight_right_after_the_deploy_authenticates_and_accepts_a_starting_conta
         cwd=REPO / "ansible",
         timeout=600,
     )
+    assert (summaries / "localhost.json").exists(), run.stdout[-4000:]
     summary = json.loads((summaries / "localhost.json").read_text())
     found = {check["name"]: check for check in summary["checks"]}
     for name in ("vllm_healthy", "vllm_container", "vllm_answers"):
@@ -333,3 +335,42 @@ def test_check_mode_on_a_host_never_deployed_shows_the_first_deploy(local_stack)
     assert "would start the compose project in" in run.text
     assert "Could not find" not in run.output and "Traceback" not in run.output
     assert not stack.exists()
+
+
+def _hub_cache_with(model: Path, cache: Path, repo: str) -> None:
+    """``cache`` as huggingface_hub leaves it after downloading ``model`` as ``repo``, with the
+    record the deploy's fetcher writes once it verified the download."""
+    sha = "0" * 40
+    base = cache / "hub" / f"models--{repo.replace('/', '--')}"
+    snapshot = base / "snapshots" / sha
+    shutil.copytree(model, snapshot)
+    (base / "refs").mkdir()
+    (base / "refs" / "main").write_text(sha)
+    files = {p.name: p.stat().st_size for p in snapshot.iterdir() if p.is_file()}
+    record = {"repo": repo, "revision": sha, "snapshot": str(snapshot), "files": files}
+    (cache / "sparkops-models").mkdir(parents=True, exist_ok=True)
+    (cache / "sparkops-models" / f"{repo}.json").write_text(json.dumps(record))
+
+
+@pytest.mark.timeout(1500)
+def test_a_hub_model_is_on_disk_before_vllm_starts_which_then_runs_offline(local_stack, tmp_path):
+    """Issue 24 item 2, without a hub (none is reachable here): with no local folder, a model
+    missing from the cache is fetched on the host before any vLLM starts, and a failed fetch
+    stops the deploy with the reason and no vLLM running; a model complete in the cache is
+    served from it with HF_HUB_OFFLINE=1, nothing fetched."""
+    inventory, _, stack = local_stack("hub", vllm_serving_model_dir="")
+    run, _ = run_deploy(inventory)
+    assert run.rc != 0
+    assert "The download of tiny on localhost failed:" in run.text, run.stdout[-4000:]
+    assert "tiny: 0.00 GB" in run.text  # a progress line
+    assert "Traceback" not in run.stderr
+    ps = run_docker("compose", "--project-directory", str(stack), "ps", "-aq", check=False)
+    assert ps.stdout.strip() == ""  # vLLM never started
+
+    _hub_cache_with(ensure_tiny_model(), tmp_path / "hub" / "hf-cache", "tiny")
+    served, _ = run_deploy(inventory)
+    assert served.rc == 0, served.stdout[-5000:]
+    assert not re.search(r"tiny: \d+\.\d\d GB", served.text)  # complete: nothing fetched
+    compose = yaml.safe_load((stack / "compose.yml").read_text())
+    assert compose["services"]["vllm"]["environment"]["HF_HUB_OFFLINE"] == "1"
+    assert "a chat completion for tiny" in served.text

@@ -26,7 +26,14 @@ ROLE_DIR = REPO / "ansible" / "roles"
 ROLES = sorted(p.name for p in ROLE_DIR.iterdir() if (p / "meta" / "argument_specs.yml").is_file())
 SPECS = load_role_specs(ROLE_DIR)
 # Public role settings Ansible reads and the renderer does not (sparkops_render's ANSIBLE_ONLY).
-ANSIBLE_ONLY = {"vllm_serving_use_systemd", "vllm_serving_stack_record", "vllm_serving_min_shm_mib"}
+ANSIBLE_ONLY = {
+    "vllm_serving_use_systemd",
+    "vllm_serving_stack_record",
+    "vllm_serving_min_shm_mib",
+    "vllm_serving_model_download_timeout",
+    "vllm_serving_base_lock",
+    "vllm_serving_update_base",
+}
 
 
 def load(path: Path) -> dict:

@@ -50,7 +50,16 @@ PLAIN = ("ansible_host", "sparkops_topology")
 # Public role settings only Ansible reads (the renderer has no use for them). The roles' own
 # facts and results start with _ or __ and never match PREFIXES; any other unknown prefixed
 # name is refused as a likely typo.
-ANSIBLE_ONLY = frozenset({"vllm_serving_use_systemd", "vllm_serving_stack_record", "vllm_serving_min_shm_mib"})
+ANSIBLE_ONLY = frozenset(
+    {
+        "vllm_serving_use_systemd",
+        "vllm_serving_stack_record",
+        "vllm_serving_min_shm_mib",
+        "vllm_serving_model_download_timeout",
+        "vllm_serving_base_lock",
+        "vllm_serving_update_base",
+    }
+)
 # The master key the litellm_router role kept or generated on the first Spark (set_fact).
 KEPT_MASTER_KEY = "_litellm_router_master_key"
 
