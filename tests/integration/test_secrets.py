@@ -8,11 +8,13 @@ everything it prints (stdout, stderr, `report`), whatever happened during the jo
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
-from tests.plugins.cli import SPARKOPS, batch_run, sparkops
-from tests.plugins.fault_server import FaultServer, status, write_records
+from tests.plugins.cli import SPARKOPS, batch_run, finish, sparkops, start
+from tests.plugins.fault_server import FaultServer, ok, status, write_records
 
 PASSWORD = "s3cr3t-Pa55"
 USER = "alice"
@@ -98,3 +100,32 @@ def test_credentials_in_the_url_and_an_api_key_are_refused_before_any_request(
         ]
         assert PASSWORD not in run.stdout + run.stderr
     assert sum(fault_server.requests.values()) == 0 and not fault_server.paths
+
+
+def test_a_serving_change_and_strict_serving_name_the_endpoint_redacted(
+    fault_server: FaultServer, job: dict[str, Path]
+):
+    """The drift warning, serving.jsonl's change line and --strict-serving's stop line all
+    name the endpoint: redacted in each."""
+    write_records(job["input"], 40)
+    fault_server.default = ok(delay=0.2)  # 40 records, 2 at a time: about 4 s
+    url = credentialed(fault_server.url)
+    extra = ("--concurrency", "2", "--strict-serving")
+    started = time.monotonic()
+    proc = start(*batch_run(job, url, extra=extra))
+    deadline = started + 60
+    # records are being answered (past the pre-job checks and the serving start line)
+    while sum(fault_server.answered.values()) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fault_server.set_identity(max_model_len=1024)  # as if restarted with another flag
+    code, out, err = finish(proc, started, limit=120)
+    assert code == 1, err
+    stop = err.strip().splitlines()[-1]
+    assert stop.startswith("sparkops: error: stopped: --strict-serving: endpoint http://***@")
+    assert "max_model_len" in stop
+    lines = (job["out"] / "serving.jsonl").read_text().splitlines()
+    change = json.loads(lines[-1])
+    assert change["event"] == "change" and change["endpoint"].startswith("http://***@")
+    assert_nowhere(
+        {"stdout": out, "stderr": err, **{str(p): t for p, t in every_file(job["out"]).items()}}
+    )
