@@ -12,6 +12,7 @@ from rich.table import Table
 from sparkops.compare.runs import RunDecisions, load_gold, load_run
 from sparkops.compare.serving import Setup, load_setup, setup_diff
 from sparkops.compare.stats import Comparison, compare_decisions
+from sparkops.console import stdout_console
 from sparkops.errors import UserError
 
 
@@ -59,7 +60,7 @@ def run_compare(args: argparse.Namespace) -> int:
         out["serving"] = serving_json(*setups)
         print(json.dumps(out, indent=2))
     else:
-        console = Console()
+        console = stdout_console()
         print_comparison(result, run_a, run_b, args.show, console, setups)
     return 0
 

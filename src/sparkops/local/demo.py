@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from sparkops.console import stdout_console
 from sparkops.local import state
 from sparkops.local.server import (
     START_TIMEOUT_S,
@@ -68,7 +69,7 @@ def run_demo(
     timeout: float = START_TIMEOUT_S,
 ) -> int:
     """Run the demo; stops the server at the end only if the demo started it."""
-    console = console or Console()
+    console = console or stdout_console()
     running = _running_server(cache)
     started = running is None
     if running is None:

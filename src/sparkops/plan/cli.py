@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sparkops.console import stdout_console
 from sparkops.errors import UserError
 from sparkops.inputs import read_json
 from sparkops.metrics.bottleneck import label as bottleneck_label
@@ -310,7 +311,7 @@ def run_throughput(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**plan.as_dict(), "check": check}, indent=2))
         return 0
-    console = Console()
+    console = stdout_console()
     print_throughput(plan, console)
     if check:
         console.print(check["sentence"], soft_wrap=True, markup=False, highlight=False)
@@ -411,7 +412,7 @@ def _show(plan: Any, table: Callable[[Any, Console], None], *, as_json: bool) ->
     if as_json:
         print(json.dumps(plan.as_dict(), indent=2))
     else:
-        table(plan, Console())
+        table(plan, stdout_console())
     return 0
 
 
@@ -463,7 +464,7 @@ def run_guard(args: argparse.Namespace) -> int:
         return 0
     if not verdict.ok:
         raise UserError(verdict.message)
-    print_guard(verdict, Console())
+    print_guard(verdict, stdout_console())
     return 0
 
 
