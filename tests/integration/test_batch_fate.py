@@ -210,3 +210,45 @@ def test_a_proxy_that_blanks_every_answer_fails_no_record(job, fault_server, rew
     again = sparkops(*batch_run(job, proxy.openai_url), limit=30)
     assert again.returncode == 0, again.stderr
     assert_exactly_once(job, ids)
+
+
+@pytest.mark.timeout(1800)  # starts two vLLM servers: slow on a loaded 2-core machine
+def test_a_real_vllm_killed_mid_job_fails_no_record_and_the_resume_finishes_all(
+    extra_vllm_server, tmp_path
+):
+    """The outage case against vLLM-CPU: killed with calls in flight, the job stops at the
+    --retry-for deadline (exit 1) with zero error lines; restarted, the same command
+    finishes every record exactly once (exit 0)."""
+    from sparkops.local.server import port_is_free, stop_servers
+    from sparkops.samples import sample_paths
+
+    (server,) = extra_vllm_server()
+    pipeline, notes = sample_paths()
+    inp = tmp_path / "notes.jsonl"
+    inp.write_text("".join(notes.read_text().splitlines(keepends=True)[:120]))
+    ids = [json.loads(x)["id"] for x in inp.read_text().splitlines()]
+    job = {"pipeline": pipeline, "input": inp, "out": tmp_path / "job"}
+    extra = ("--concurrency", "8", "--retry-for", "5")
+    t0 = time.monotonic()
+    proc = start(*batch_run(job, server.openai_url, extra=extra))
+    try:
+        _wait_rows(job, 10, limit=600)
+        stop_servers([server], timeout=5)
+        code, _, stderr = finish(proc, t0, 900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 1, stderr
+    (line,) = error_lines(stderr)
+    assert "no endpoint has answered for 5 s" in line
+    before = rows(job)
+    assert 10 <= len(before) < len(ids) and all(r["status"] == "done" for r in before)
+    deadline = time.monotonic() + 180  # the port may linger briefly after the kill
+    while not port_is_free(server.port) and time.monotonic() < deadline:
+        time.sleep(1)
+    extra_vllm_server(port=server.port)
+    again = sparkops(*batch_run(job, server.openai_url), limit=900)
+    assert again.returncode == 0, again.stderr
+    by_id = assert_exactly_once(job, ids)
+    assert all(r["status"] == "done" for r in by_id.values())

@@ -129,7 +129,7 @@ def test_with_every_endpoint_stalled_the_job_stops_with_one_line_and_resumes(job
     fault_server.stall()
     code, _, err = finish(proc, t0, 45)
     assert code == 1, err
-    (line,) = [x for x in err.splitlines() if x.startswith("sparkops:")]
+    (line,) = [x for x in err.splitlines() if x.startswith("sparkops: error:")]
     assert line.startswith("sparkops: error: stopped: every endpoint stalled")
     assert fault_server.url in line and "run the same command again to resume" in line
     done = {r["id"] for r in lines(job["out"] / "results.jsonl")}

@@ -103,6 +103,7 @@ from tests.plugins.cli import NOISE as NOISE
 
 MARKER = re.compile(r"\[id:([^\]\s]+)\]")
 _CHECK_MESSAGES = check_body(None)["messages"]
+_CHECK_KEY = "\x00check"  # never a record's key: a check answer is not counted in `answered`
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 
 
@@ -530,7 +531,7 @@ class FaultServer:
             assert self._release is not None
             await self._release.wait()
             return _hang_up(request)
-        return await self._perform(request, self.check_action or self.default, "", body)
+        return await self._perform(request, self.check_action or self.default, _CHECK_KEY, body)
 
     async def _perform(
         self, request: web.Request, action: Action, key: str, body: dict[str, Any]
@@ -563,7 +564,8 @@ class FaultServer:
         prompt_tokens = len(_prompt_text(body))
         if not self._stalled:
             self._metrics.count(prompt_tokens, 1)
-        self.answered[key] += 1
+        if key != _CHECK_KEY:
+            self.answered[key] += 1
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": 1,

@@ -69,12 +69,12 @@ class Checks:
         # called once per other model (the job writes a serving line and warns)
         self.on_other_model: Callable[[str], None] | None = None
 
-    async def answers(self, ep: Endpoint) -> bool:
-        """Whether `ep` answers the check request now (bounded); a failure marks the job's
-        no-answer rule as confirmed, so the job-level deadline can stop it."""
+    async def answers(self, ep: Endpoint, within: float = CHECK_TIMEOUT_S) -> bool:
+        """Whether `ep` answers the check request within `within` seconds; a failure marks
+        the job's no-answer rule as confirmed, so the job-level deadline can stop it."""
         transport = self.engine._transport
         assert transport is not None
-        timeout = min(CHECK_TIMEOUT_S, self.engine.cfg.request_timeout)
+        timeout = min(within, self.engine.cfg.request_timeout)
         try:
             async with asyncio.timeout(timeout):
                 outcome = await transport.attempt(ep, CHECK_PATH, self.payload, False)
@@ -91,9 +91,11 @@ class Checks:
         calls in flight there are their records' own hang (cancelled as such). True when
         one answered (the job goes on)."""
         pool = self.engine.pool
+        assert pool.stalls is not None
+        within = min(CHECK_TIMEOUT_S, pool.stalls.threshold)  # no slower than a stall window
         live = False
         for ep in pool.endpoints:
-            if ep.stalled and await self.answers(ep):
+            if ep.stalled and await self.answers(ep, within):
                 pool.cancel_alone(ep)
                 live = True
         if live:
