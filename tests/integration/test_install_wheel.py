@@ -139,3 +139,25 @@ def test_the_installed_kit_renders_each_example_as_the_checkout_does(
     assert outputs["wheel"], "the installed kit rendered nothing"
     assert any(path.endswith("compose.yml") for path in outputs["wheel"])
     assert outputs["wheel"] == outputs["checkout"]
+
+
+def test_pip_wheel_in_a_clone_leaves_nothing_untracked(tmp_path: Path) -> None:
+    """`pip wheel .` in a checkout (what a user tries first) writes setuptools' build/ and
+    *.egg-info there: both are ignored, so `git status` stays clean."""
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-hardlinks", str(REPO), str(clone)], check=True, timeout=120
+    )
+    (clone / ".gitignore").write_text((REPO / ".gitignore").read_text())  # as checked out here
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+         "-w", str(tmp_path / "wheels"), "."],
+        cwd=clone, capture_output=True, text=True, timeout=600, env=_clean_env(),
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert (clone / "build").is_dir()  # setuptools did write it ...
+    status = subprocess.run(
+        ["git", "-C", str(clone), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert [line for line in status.stdout.splitlines() if line != " M .gitignore"] == []
