@@ -15,10 +15,9 @@ from typing import Any
 
 from sparkops.batch import openai_batch
 from sparkops.batch.journal import Journal
+from sparkops.batch.lines import RECORD_ERROR, ResultLine
 from sparkops.batch.outcome import Answer, Failure
 from sparkops.batch.records import Record
-
-RECORD_ERROR = "record"  # error_kind of every error line: the record's own fault
 
 
 @dataclass
@@ -75,20 +74,18 @@ class Fates:
             self.meta.close()
 
     def done(self, state: RecordState, final: str) -> None:
-        self.journal.append(
-            {
-                "id": state.record.id,
-                "status": "done",
-                "final": final,
-                "steps": state.steps,
-                "error": None,
-                "line": state.record.line,
-                "t0": round(state.started, 3),
-                "t": round(time.time(), 3),
-                "run": self.run,
-                "serving": self.serving,
-            }
+        line = ResultLine(
+            state.record.id,
+            "done",
+            state.record.line,
+            self.run,
+            round(time.time(), 3),
+            final=final,
+            steps=state.steps,
+            t0=round(state.started, 3),
+            serving=self.serving,
         )
+        self.journal.append(line.to_json())
         self.stats.done += 1
 
     def error(
@@ -99,22 +96,20 @@ class Fates:
         steps: list,
         started: float | None = None,
     ) -> None:
-        self.journal.append(
-            {
-                "id": rid,
-                "status": "error",
-                "final": None,
-                "steps": steps,
-                "error": failure.message,
-                "error_kind": RECORD_ERROR,
-                "failure": failure_fields(failure),
-                "line": line,
-                "t0": None if started is None else round(started, 3),
-                "t": round(time.time(), 3),
-                "run": self.run,
-                "serving": self.serving,
-            }
+        result = ResultLine(
+            rid,
+            "error",
+            line,
+            self.run,
+            round(time.time(), 3),
+            steps=steps,
+            error=failure.message,
+            error_kind=RECORD_ERROR,  # only the record's own failures end it
+            failure=failure_fields(failure),
+            t0=None if started is None else round(started, 3),
+            serving=self.serving,
         )
+        self.journal.append(result.to_json())
         self.stats.errors += 1
 
     def openai(

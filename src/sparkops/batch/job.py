@@ -241,17 +241,17 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         except BaseException:
             journal.close()
             raise
-        append_json(
-            cfg.out / RUNS,
+        start = lines.RunEvent(
+            "start",
+            run,
+            time.time(),
             {
-                "event": "start",
-                "run": run,
-                "t": time.time(),
                 "concurrency": cfg.concurrency,
                 "endpoints": len(pool.endpoints),
                 "schedule": cfg.policy,
             },
         )
+        append_json(cfg.out / RUNS, start.to_json())
         engine = Engine(
             EngineConfig(
                 **dict(cfg.engine()), api_key=api_key, run=run, strict_model=cfg.strict_serving
@@ -310,10 +310,10 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(sample(), FINAL_SAMPLE_S)
             journal.close()
-            end: dict[str, Any] = {"event": "end", "run": run, "t": time.time()}
+            end = lines.RunEvent("end", run, time.time())
             if engine.stop_reason is not None:
-                end["stopped"] = engine.stop_reason.kind
-            append_json(cfg.out / RUNS, end)
+                end.extra["stopped"] = engine.stop_reason.kind
+            append_json(cfg.out / RUNS, end.to_json())
     stop = engine.stop_reason
     if stop is not None and stop.kind == "signal":
         assert stop.signum is not None
@@ -548,18 +548,16 @@ async def _sample_once(
     for ep in pool.endpoints:
         text = await openai_http.get_text(side, ep.metrics_url, headers)
         values = _values(text)
-        append_json(
-            cfg.out / TIMELINE,
-            {
-                "t": now,
-                "run": run,
-                "endpoint": ep.name,
-                "v": values,
-                "done": stats.done + stats.errors,
-                "in_flight": stats.in_flight,
-                "cpu_s": time.process_time(),  # the client's own CPU (metrics/bottleneck.py)
-            },
+        sample = lines.TimelineSample(
+            now,
+            run,
+            ep.name,
+            values,
+            stats.done + stats.errors,
+            stats.in_flight,
+            time.process_time(),  # the client's own CPU (metrics/bottleneck.py)
         )
+        append_json(cfg.out / TIMELINE, sample.to_json())
         live.add(ep.base, values)
         pool.observe(ep, values)  # the stall watch (the pool's clock): do its counters move?
         if drift is not None:

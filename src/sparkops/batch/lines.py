@@ -47,7 +47,9 @@ def record_key(rid: str | None, line: int) -> Key:
 # ---- results lines (pipeline jobs) ------------------------------------------------------------
 @dataclass(slots=True)
 class ResultLine:
-    """One finished record of a pipeline job (results.jsonl)."""
+    """One finished record of a pipeline job (results.jsonl), written by batch/fate.py and
+    read back by `outcome`. An error line carries `error_kind` and `failure` (kind, HTTP
+    code, cause: batch/outcome.py), so errors are grouped without parsing messages."""
 
     id: str | None
     status: Literal["done", "error"]
@@ -58,6 +60,7 @@ class ResultLine:
     steps: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     error_kind: str | None = None
+    failure: dict[str, Any] | None = None
     t0: float | None = None
     serving: int | None = None
 
@@ -68,14 +71,11 @@ class ResultLine:
             "final": self.final,
             "steps": self.steps,
             "error": self.error,
-            "line": self.line,
-            "t0": self.t0,
-            "t": self.t,
-            "run": self.run,
-            "serving": self.serving,
         }
         if self.error_kind is not None:
             obj["error_kind"] = self.error_kind
+            obj["failure"] = self.failure
+        obj.update(line=self.line, t0=self.t0, t=self.t, run=self.run, serving=self.serving)
         return obj
 
 
@@ -199,6 +199,7 @@ class TimelineSample:
     v: dict[str, float]
     done: int
     in_flight: int
+    cpu_s: float  # the client's own CPU seconds so far (metrics/bottleneck.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -208,4 +209,5 @@ class TimelineSample:
             "v": self.v,
             "done": self.done,
             "in_flight": self.in_flight,
+            "cpu_s": self.cpu_s,
         }
