@@ -82,3 +82,24 @@ def test_every_variable_a_message_names_exists() -> None:
         name: sorted(files) for name, files in message_variables().items() if name not in real
     }
     assert not unknown, unknown
+
+
+def test_user_facing_files_name_the_benchmark_notes_not_the_seed() -> None:
+    """ "The seed" is the project's own word for its source; a user reads "the published GB10
+    benchmark notes", which docs/planning.md links."""
+    files = [
+        REPO / "README.md",
+        *REPO.glob("docs/*.md"),
+        *REPO.glob("inventory/**/*.yml"),
+        *SRC.glob("profiles/*.yaml"),
+        *ROLES.glob("*/README.md"),
+        *ROLES.glob("*/meta/argument_specs.yml"),
+    ]
+    said = [
+        str(path.relative_to(REPO))
+        for path in files
+        if re.search(r"the seed's fastest|the first seed", path.read_text(), re.IGNORECASE)
+    ]
+    assert said == []
+    planning = (REPO / "docs" / "planning.md").read_text()
+    assert "https://www.drmvalente.com.au/blog-rtx-spark-dgx-spark-batch-inference.html" in planning
