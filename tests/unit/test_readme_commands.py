@@ -112,14 +112,23 @@ def test_each_sparkops_line_parses_with_the_real_parser(
 
 def test_every_make_target_the_readme_names_exists() -> None:
     targets = set(re.findall(r"^([A-Za-z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
-    used = {
-        command[1]
-        for _doc, line in doc_shell_lines()
-        for command in commands(line)
-        if command[0] == "make" and len(command) > 1
-    }
+    runs = [command for _doc, line in doc_shell_lines() for command in commands(line)]
+    runs = [command[1:] if command[0] == "sudo" else command for command in runs]
+    used = {command[1] for command in runs if command[0] == "make" and len(command) > 1}
     assert used, "the docs show no make command"
     assert used <= targets, used - targets
+
+
+def test_the_readme_asks_for_root_only_where_it_is_needed() -> None:
+    """Only `make test` needs root (it installs Docker and builds the test hosts): the
+    "Try it without a Spark" block says so on that line, not above both commands."""
+    section = README.read_text().split("## Try it without a Spark", 1)[1].split("\n## ", 1)[0]
+    lines = shell_lines(section)
+    (demo,) = [line for line in lines if line.startswith("make demo")]
+    (test,) = [line for line in lines if "make test" in line]
+    assert "root" not in section.split("```", 1)[0]
+    assert "as any user" in demo
+    assert test.startswith("sudo make test") and "as root" in test
 
 
 def test_every_repository_path_the_readme_runs_exists() -> None:
