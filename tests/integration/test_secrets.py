@@ -41,8 +41,11 @@ def test_a_password_in_the_endpoint_is_never_written_or_printed(
     # one record refused for good (a journal error line), one retried through a 503
     fault_server.script("r3", *[status(400, message="bad request")] * 8)
     fault_server.script("r5", status(503))
+    # /tokenize fails: the warning and prefix.json's note name the endpoint
+    fault_server.override("/tokenize", status(500))
     url = credentialed(fault_server.url)
     run = sparkops(*batch_run(job, url, extra=("--fail-fast", "0")), limit=120)
+    assert "/tokenize" in run.stderr
     assert run.returncode == 3, run.stderr
     report = sparkops("report", str(job["out"]), limit=60)
     report_json = sparkops("report", str(job["out"]), "--json", limit=60)
@@ -50,7 +53,7 @@ def test_a_password_in_the_endpoint_is_never_written_or_printed(
     files = every_file(job["out"])
     assert {p.name for p in files} >= {
         "timeline.jsonl", "serving.jsonl", "runs.jsonl", "results.jsonl", "report.md",
-        "report.json",
+        "report.json", "prefix.json",
     }  # fmt: skip
     # the redacted endpoint is there (where it was written), the password is not
     assert f"{USER}:" not in files[job["out"] / "timeline.jsonl"]

@@ -446,8 +446,9 @@ async def _preflight(
         note = f"{base}/tokenize failed ({type(err).__name__})"
     else:
         return default_model, {"block_size": bs, "steps": steps}
+    note = redact(note)  # it names the endpoint: printed, and kept in prefix.json
     print(
-        f"sparkops: warning: {redact(note)}; the job runs, but its report has no hit-rate ceiling",
+        f"sparkops: warning: {note}; the job runs, but its report has no hit-rate ceiling",
         file=sys.stderr,
     )
     return default_model, {"block_size": bs, "steps": {}, "note": note}
