@@ -114,3 +114,19 @@ def test_the_kits_stderr_redacts_whatever_prints_on_it(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "alice" not in err and "pw@" not in err and "http://***@127.0.0.1:9/v1" in err
     assert not isinstance(sys.stderr, privacy.RedactingStream)  # put back after the command
+
+
+def test_the_job_folders_side_files_never_hold_a_credential(tmp_path):
+    """Whoever writes a side file line or a small JSON file (runs, timeline, serving,
+    prefix), a URL's credentials are redacted in it."""
+    from sparkops.batch.durable import append_json, write_json_atomic
+
+    append_json(tmp_path / "runs.jsonl", {"event": "x", "endpoint": "http://u:pw@h:1"})
+    append_json(tmp_path / "runs.jsonl", {"event": "y", "note": "no url, caf\u00e9"})
+    write_json_atomic(tmp_path / "prefix.json", {"note": "https://tok@h/tokenize failed"})
+    assert (tmp_path / "runs.jsonl").read_text(encoding="utf-8").splitlines() == [
+        '{"event":"x","endpoint":"http://***@h:1"}',
+        '{"event":"y","note":"no url, caf\u00e9"}',
+    ]
+    assert "tok@" not in (tmp_path / "prefix.json").read_text()
+    assert "https://***@h/tokenize" in (tmp_path / "prefix.json").read_text()

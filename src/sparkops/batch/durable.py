@@ -22,6 +22,7 @@ from typing import Any
 
 from sparkops.errors import JobStopped
 from sparkops.files import NO_SPACE, WriteFailed, open_private, write_atomic
+from sparkops.privacy import redact
 
 
 def dumps_line(obj: dict[str, Any]) -> bytes:
@@ -94,7 +95,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     A crash or a full disk leaves the previous file (or none), never an empty or truncated
     one that every later run, status or report would trip over.
     """
-    write_text_atomic(path, json.dumps(obj, indent=2) + "\n", durable=True)
+    write_text_atomic(path, redact(json.dumps(obj, indent=2)) + "\n", durable=True)
 
 
 def write_text_atomic(path: Path, text: str | bytes, *, durable: bool = False) -> None:
@@ -106,10 +107,16 @@ def write_text_atomic(path: Path, text: str | bytes, *, durable: bool = False) -
 
 
 def append_json(path: Path, obj: dict[str, Any]) -> None:
-    """Append one line to a small side file (runs, timeline), 0600."""
+    """Append one line to a small side file (runs, timeline, serving), 0600. Side files
+    and the small JSON files (`write_json_atomic`) describe endpoints, never records, so a
+    credential in a URL is redacted there whoever wrote the line (privacy.redact);
+    results.jsonl's lines (record answers) are left as the model wrote them."""
+    data = dumps_line(obj)
+    if b"://" in data:
+        data = redact(data.decode("utf-8")).encode("utf-8")
     fd = open_append(path)
     try:
-        write_all(fd, dumps_line(obj), path)
+        write_all(fd, data, path)
     finally:
         os.close(fd)
 
