@@ -8,10 +8,12 @@ a healthy loaded GPU ("load") or the seed's stuck low-power state ("stuck").
 
 from __future__ import annotations
 
+import http.server
 import json
 import select
 import socket
 import socketserver
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +34,7 @@ ALL_CHECKS = {
     "page_cache_dropped",
     "memory_headroom",
     "vllm_healthy",
+    "vllm_answers",
     "gpu_power_state",
     "prefix_caching_hash_algo",
     "kv_cache_headroom",
@@ -130,6 +133,18 @@ def check_status(tmp_path: Path, host, url: str) -> None:
     assert status["unit"] == "absent"
     assert status["gpu"].startswith("1005, ")  # the fixture was left in the stuck state
     assert float(status["running"]) >= 0 and 0.0 <= float(status["kv_cache_usage"]) <= 1.0
+    # The serving unit is a oneshot that stays active after `compose up` exits: status.yml
+    # reports systemd's own state, not service_facts' "stopped".
+    host.exec(
+        "printf '[Service]\\nType=oneshot\\nRemainAfterExit=yes\\nExecStart=/bin/true\\n'"
+        " > /etc/systemd/system/sparkops-serving.service && systemctl daemon-reload"
+        " && systemctl start sparkops-serving.service",
+        check=True,
+    )
+    run = run_playbook("status.yml", inv, extra_vars=extra, timeout=600)
+    assert run.rc == 0, run.stdout[-3000:]
+    status = json.loads((out_dir / f"{host.name}.json").read_text())
+    assert status["unit"] == "active (exited)"
 
 
 def check_preflight(tmp_path: Path, host, url: str) -> None:
@@ -164,6 +179,7 @@ def check_preflight(tmp_path: Path, host, url: str) -> None:
     assert by_name["gpu_power_state"]["detail"] == "2405 MHz, 90 W, 96% busy under load"
     assert by_name["prefix_caching_hash_algo"]["detail"] == "server reports xxhash"
     assert by_name["page_cache_dropped"]["detail"] == "disabled"
+    assert by_name["vllm_answers"]["detail"].startswith("tiny answered ")
 
     # Unfit: GPU stuck at ~1 GHz / 22 W under load, a concurrency the cache cannot hold, not
     # enough disk, and a page-cache drop the container refuses.
@@ -193,3 +209,99 @@ def check_preflight(tmp_path: Path, host, url: str) -> None:
     assert "sparkops plan memory" in failed["kv_cache_headroom"]["fix"]
     assert all(c["fix"] for c in failed.values())
     assert "kv_cache_headroom" in out  # the failure message names the failed checks
+
+
+@pytest.mark.timeout(900)
+class _HealthyButDead(http.server.BaseHTTPRequestHandler):
+    """vLLM with --api-key whose engine is gone: /health 200, /v1/models only with the key,
+    every chat completion a 500 (401 without the key)."""
+
+    key = ""
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorised(self) -> bool:
+        if self.headers.get("Authorization") == f"Bearer {self.key}":
+            return True
+        self._send(401, {"error": {"message": "Unauthorized"}})
+        return False
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._send(200, {})
+        elif self.path == "/v1/models" and self._authorised():
+            self._send(200, {"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+        else:  # /metrics: a server whose engine died reports no numbers
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self._authorised():
+            self._send(500, {"error": {"message": "engine is dead"}})
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
+def test_preflight_fails_a_healthy_server_whose_requests_fail_and_a_misspelt_setting(tmp_path):
+    """/health answers 200 while every chat completion fails: vllm_answers fails with what the
+    server said; the probes carried the stack's API key from its root-only env file (the server
+    answers 401 without it), and the key is never printed. A misspelt play variable stops the
+    play naming the declared one."""
+    key = "sk-preflight-" + "7" * 16
+    _HealthyButDead.key = key
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HealthyButDead)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    env_file = tmp_path / "serving.env"
+    env_file.write_text(f"# secrets\nVLLM_API_KEY={key}\n")
+    env_file.chmod(0o600)
+    summaries = tmp_path / "summary"
+    summaries.mkdir()
+    inv = tmp_path / "inventory.yml"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {
+        "all": {
+            "vars": {"sparkops_topology": "single"},
+            "children": {"sparks": {"hosts": {"localhost": host}}},
+        }
+    }
+    inv.write_text(yaml.safe_dump(hosts))
+    extra = {
+        "ansible_become": False,
+        "sparkops_preflight_vllm_url": url,
+        "sparkops_preflight_vllm_container": "",
+        "sparkops_preflight_env_file": str(env_file),
+        "sparkops_preflight_drop_caches": False,
+        "sparkops_preflight_summary_dir": str(summaries),
+    }
+    try:
+        run = run_playbook(PLAYBOOK, inv, extra_vars=extra, timeout=600)
+    finally:
+        server.shutdown()
+    assert run.rc != 0
+    assert (summaries / "localhost.json").exists(), run.stdout[-4000:] + run.stderr[-2000:]
+    found = {c["name"]: c for c in json.loads((summaries / "localhost.json").read_text())["checks"]}
+    assert found["vllm_healthy"]["ok"] is True
+    assert found["vllm_answers"]["ok"] is False
+    assert found["vllm_answers"]["detail"] == (
+        "/health answers 200 but a chat completion for 'tiny' failed: 500 engine is dead"
+    )
+    assert key not in run.output and "Traceback" not in run.output
+
+    misspelt = run_playbook(
+        PLAYBOOK, inv, extra_vars={**extra, "sparkops_preflight_min_free_disk_gb": 1000}
+    )
+    assert misspelt.rc != 0
+    assert (
+        "sparkops_preflight_min_free_disk_gb is not a variable of preflight.yml (did you mean "
+        "sparkops_preflight_min_free_disk_gib?)"
+    ) in misspelt.text
