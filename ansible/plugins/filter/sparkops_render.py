@@ -42,24 +42,13 @@ from sparkops.privacy import private_env
 from sparkops.render import plan_stack, render_host
 from sparkops.render.inventory import Inventory
 from sparkops.render.master_key import ENV_NAME, keep_or_generate
-from sparkops.render.settings import serving_topology
+from sparkops.render.settings import ANSIBLE_ONLY, serving_topology
 from sparkops.render.stack import client_endpoints, required_images
 
 PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_")
 PLAIN = ("ansible_host", "sparkops_topology")
-# Public role settings only Ansible reads (the renderer has no use for them). The roles' own
-# facts and results start with _ or __ and never match PREFIXES; any other unknown prefixed
-# name is refused as a likely typo.
-ANSIBLE_ONLY = frozenset(
-    {
-        "vllm_serving_use_systemd",
-        "vllm_serving_stack_record",
-        "vllm_serving_min_shm_mib",
-        "vllm_serving_model_download_timeout",
-        "vllm_serving_base_lock",
-        "vllm_serving_update_base",
-    }
-)
+# The roles' own facts and results start with _ or __ and never match PREFIXES; any other
+# unknown prefixed name is refused as a likely typo (ANSIBLE_ONLY: sparkops.render.settings).
 # The master key the litellm_router role kept or generated on the first Spark (set_fact).
 KEPT_MASTER_KEY = "_litellm_router_master_key"
 
