@@ -32,6 +32,7 @@ from tests.plugins.cli import assert_quiet, batch_run, start
 from tests.plugins.fault_server import (
     FaultServer,
     hang,
+    ok,
     openai_lines,
     raw,
     slow,
@@ -89,6 +90,7 @@ def test_second_run_is_refused_naming_the_pid_and_kill_9_leaves_a_lock_the_next_
     ids = write_records(job["input"], 40)
     fault_server.first(4, slow(0.1))
     fault_server.default = hang()  # the first run stays busy until it is killed
+    fault_server.check_action = ok()  # the pre-job check request is answered
     first = start(
         *batch_run(job, fault_server.openai_url, extra=("--concurrency", "4")),
         stdout=subprocess.DEVNULL,

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from sparkops.render.settings import TOPOLOGY_OF
+from sparkops.versions import VLLM_VERSION
 from tests.plugins.cli import sparkops
 from tests.plugins.inventories import make_inventory
 
@@ -164,3 +165,46 @@ def test_a_pipeline_pair_for_a_model_that_fits_one_spark_is_advised_against(
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == [PP_ADVICE]
     assert (tmp_path / "out" / "spark-2" / "compose.yml").is_file()  # the render went on
+
+
+def _base_line(inventory: Path, cwd: Path) -> list[str]:
+    proc = sparkops("render", "--inventory", str(inventory), "--out", "out", limit=60, cwd=cwd)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    return [line for line in proc.stdout.splitlines() if line.startswith("vLLM base image: ")]
+
+
+def test_render_says_which_base_image_and_digest_the_deploy_builds_from(tmp_path: Path) -> None:
+    base = f"vllm/vllm-openai:v{VLLM_VERSION}"
+    digest = "sha256:" + "ab" * 32
+    inventory = make_inventory(tmp_path / "inv", "single")
+    assert _base_line(inventory, tmp_path) == [
+        f"vLLM base image: {base}, no digest pinned yet: the deploy pulls it on the Spark once "
+        f"and pins the digest it gets in {inventory / 'sparkops-base-image.yml'} (or set "
+        "vllm_serving_base_digest)"
+    ]
+    # (a lock file inside the inventory folder is read by Ansible as one more inventory
+    # source, with warnings: this one lies outside it, through vllm_serving_base_lock)
+    lock = tmp_path / "base-lock.yml"
+    _with_vars(inventory, vllm_serving_base_lock=str(lock))
+    lock.write_text(yaml.safe_dump({"image": base, "digest": digest}))  # as the deploy writes it
+    assert _base_line(inventory, tmp_path) == [
+        f"vLLM base image: {base}@{digest} (pinned by an earlier deploy in {lock}; "
+        "-e vllm_serving_update_base=true moves it to what the tag points to now)"
+    ]
+    _with_vars(inventory, vllm_serving_update_base=True)  # an Ansible-only setting: accepted
+    assert _base_line(inventory, tmp_path) == [
+        f"vLLM base image: {base}, pinned at {digest} in {lock}; vllm_serving_update_base is "
+        "set, so the deploy pulls the tag again and moves the pin to what it points to now "
+        "(it shows old -> new)"
+    ]
+    _with_vars(inventory, vllm_serving_base_digest="sha256:" + "cd" * 32)
+    assert _base_line(inventory, tmp_path) == [
+        f"vLLM base image: {base}@sha256:{'cd' * 32} (vllm_serving_base_digest in the inventory)"
+    ]
+    # a stack of an image the kit does not build (the CPU stand-in) says nothing of a base
+    env = {**os.environ, "SPARKOPS_CACHE": str(tmp_path / "cache")}
+    local = sparkops(
+        "render", "--inventory", str(REPO / "inventory" / "local"), "--out", "local",
+        limit=60, cwd=tmp_path, env=env, check=True,
+    )  # fmt: skip
+    assert "vLLM base image" not in local.stdout

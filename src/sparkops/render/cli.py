@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sparkops.render.write import render_inventory
+from sparkops.render.write import render
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,10 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rendered = render_inventory(
-        args.inventory, args.out, profile=args.profile, concurrency=args.concurrency
-    )
-    for host, files in rendered.items():
+    rendered = render(args.inventory, args.out, profile=args.profile, concurrency=args.concurrency)
+    for host, files in rendered.files.items():
         for file in files:
             print(f"{args.out}/{host}/{file.path}")
+    for note in rendered.notes:
+        print(note)
     return 0

@@ -233,11 +233,30 @@ PREFIXES: dict[str, type[BaseModel]] = {
 }
 
 
+# Public role settings only Ansible reads (the renderer has no use for them): an inventory
+# may set them (vllm_serving_update_base: true), and `sparkops render` must not call them
+# typos. The render filter (ansible/plugins/filter/sparkops_render.py) leaves out the same.
+ANSIBLE_ONLY = frozenset(
+    {
+        "vllm_serving_use_systemd",
+        "vllm_serving_stack_record",
+        "vllm_serving_min_shm_mib",
+        "vllm_serving_model_download_timeout",
+        "vllm_serving_base_lock",
+        "vllm_serving_update_base",
+    }
+)
+
+
 def split_prefixed(host: str, hostvars: dict) -> dict[str, BaseModel]:
     """Validate one host's role-prefixed variables into the three settings models."""
     out: dict[str, BaseModel] = {}
     for prefix, model in PREFIXES.items():
-        data = {k[len(prefix) :]: v for k, v in hostvars.items() if k.startswith(prefix)}
+        data = {
+            k[len(prefix) :]: v
+            for k, v in hostvars.items()
+            if k.startswith(prefix) and k not in ANSIBLE_ONLY
+        }
         try:
             out[prefix] = model.model_validate(data)
         except ValidationError as err:

@@ -7,10 +7,12 @@ bad inventory or profile leaves an existing output folder untouched.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from sparkops.files import write_atomic
 from sparkops.profiles import load_profile
+from sparkops.render.base import base_note
 from sparkops.render.inventory import read_inventory
 from sparkops.render.master_key import ENV_NAME, keep_or_generate
 from sparkops.render.stack import plan_stack
@@ -29,14 +31,23 @@ def gather_secrets(out: Path) -> dict[str, str]:
     return found
 
 
-def render_inventory(
+@dataclass
+class Rendered:
+    """What a render wrote (per host) and what the user should know about it (`notes`: the
+    vLLM base image each kit image is built from, once per distinct sentence)."""
+
+    files: dict[str, list[RenderedFile]]
+    notes: list[str]
+
+
+def render(
     inventory: str | Path,
     out: str | Path,
     *,
     profile: str | None = None,
     concurrency: int | None = None,
-) -> dict[str, list[RenderedFile]]:
-    """Render every serving host's files under OUT/<host>/ and return what was written."""
+) -> Rendered:
+    """Render every serving host's files under OUT/<host>/."""
     out = Path(out)
     inv = read_inventory(inventory)
     stacks = plan_stack(
@@ -51,7 +62,21 @@ def render_inventory(
         folder.mkdir(parents=True, exist_ok=True)
         for file in files:
             write_file(folder / file.path, file.content, file.mode)
-    return rendered
+    notes = [
+        base_note(stack, inv.hostvars[host], Path(inventory)) for host, stack in stacks.items()
+    ]
+    return Rendered(rendered, list(dict.fromkeys(note for note in notes if note)))
+
+
+def render_inventory(
+    inventory: str | Path,
+    out: str | Path,
+    *,
+    profile: str | None = None,
+    concurrency: int | None = None,
+) -> dict[str, list[RenderedFile]]:
+    """Render every serving host's files under OUT/<host>/ and return what was written."""
+    return render(inventory, out, profile=profile, concurrency=concurrency).files
 
 
 def write_file(path: Path, content: str, mode: int) -> None:
