@@ -76,24 +76,8 @@ class JobDir:
         return self.path / RUNS
 
     @property
-    def timeline(self) -> Path:
-        return self.path / TIMELINE
-
-    @property
-    def prefix(self) -> Path:
-        return self.path / PREFIX
-
-    @property
     def meta(self) -> Path:
         return self.path / META
-
-    @property
-    def serving(self) -> Path:
-        return self.path / SERVING
-
-    @property
-    def lock(self) -> Path:
-        return self.path / LOCK
 
     def has_results(self) -> bool:
         """Whether any record has finished (results.jsonl exists and is not empty)."""
