@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 if importlib.util.find_spec("sparkops") is None:
@@ -21,7 +22,9 @@ if importlib.util.find_spec("sparkops") is None:
 from sparkops.render.role_vars import nearest
 
 
-def sparkops_play_var_problems(names, declared, prefix: str, play: str) -> list[str]:
+def sparkops_play_var_problems(
+    names: Iterable[object], declared: Iterable[object], prefix: str, play: str
+) -> list[str]:
     """One sentence per name under ``prefix`` that ``declared`` lacks, in name order."""
     known = {str(name) for name in declared}
     problems = []
@@ -36,5 +39,5 @@ def sparkops_play_var_problems(names, declared, prefix: str, play: str) -> list[
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., list[str]]]:
         return {"sparkops_play_var_problems": sparkops_play_var_problems}

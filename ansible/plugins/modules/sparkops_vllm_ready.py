@@ -74,7 +74,7 @@ def clean_log(text: str) -> str:
     """A log tail a terminal and a playbook print alike: escapes and stray control bytes out,
     carriage-return progress bars reduced to their last state."""
     lines = []
-    for line in _ESCAPES.sub("", text).splitlines():
+    for line in _ESCAPES.sub("", text).split("\n"):
         lines.append(_CONTROL.sub("", line.rsplit("\r", 1)[-1]).rstrip())
     return "\n".join(line for line in lines if line)
 
