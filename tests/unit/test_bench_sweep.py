@@ -9,13 +9,13 @@ from sparkops.bench.plots import write_plots
 from sparkops.bench.sweep import (
     LevelSummary,
     prediction_markdown,
-    parse_levels,
     report_markdown,
     summarise_level,
     table_markdown,
     with_predictions,
 )
 from sparkops.errors import UserError
+from sparkops.plan.decode import parse_levels
 
 
 def results(n: int, start: float = 100.0, gap: float = 1.0, errors: int = 0) -> list[dict]:

@@ -78,8 +78,7 @@ def positive_count(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     # Imported here so `sparkops --help` does not load the batch engine and matplotlib.
     from sparkops.bench.runner import SweepConfig, run_sweep
-    from sparkops.bench.sweep import parse_levels
-    from sparkops.plan.decode import BANDWIDTH_GB_S
+    from sparkops.plan.decode import BANDWIDTH_GB_S, parse_levels
 
     settings = job_settings(args, "sweep")
     # the settings every level runs with, checked once before any level (one line, exit 2)

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sparkops.errors import UserError
 from sparkops.metrics.bottleneck import name_bottleneck
 from sparkops.metrics.timeline import (
     Window,
@@ -38,19 +37,6 @@ from sparkops.plan.throughput import predict_level
 # Level 1 runs one record at a time (the seed: ~4 records/min on a GB10, so a 500,000-record
 # input would take weeks): by default it gets the first records only, enough for a middle.
 LEVEL_ONE_RECORDS = 50
-
-
-def parse_levels(text: str) -> list[int]:
-    """`1,240,480,960` -> [1, 240, 480, 960]; refuses zero, negatives and repeats."""
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserError(
-            f"--levels {text!r} is not a list of integers: use e.g. 1,240,480"
-        ) from None
-    if not levels or min(levels) < 1 or len(set(levels)) != len(levels):
-        raise UserError(f"--levels {text!r}: give distinct concurrencies of at least 1")
-    return levels
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from sparkops.errors import UserError
 from sparkops.inputs import read_json
 from sparkops.metrics.bottleneck import label as bottleneck_label
 from sparkops.plan import calibrate
-from sparkops.plan.decode import BANDWIDTH_GB_S, DecodeCeiling, decode_ceiling
+from sparkops.plan.decode import BANDWIDTH_GB_S, DecodeCeiling, decode_ceiling, parse_levels
 from sparkops.plan.guard import GuardSettings, Verdict, check_launch, host_facts, settings_of
 from sparkops.plan.memory import GB, GIB, MemoryPlan, dtype_bytes, plan_memory
 from sparkops.plan.prefix import SharedPrefixPlan, plan_shared_prefix
@@ -394,8 +394,6 @@ def model_source(args: argparse.Namespace) -> tuple[ModelShape, str, int | None]
 
 
 def run_decode(args: argparse.Namespace) -> int:
-    from sparkops.bench.sweep import parse_levels
-
     shape, kv_dtype, _ = model_source(args)
     ceiling = decode_ceiling(
         shape,

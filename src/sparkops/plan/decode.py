@@ -107,3 +107,17 @@ def decode_ceiling(
         for b in levels
     )
     return replace(ceiling, points=points)
+
+
+def parse_levels(text: str) -> list[int]:
+    """`1,240,480,960` -> [1, 240, 480, 960]; refuses zero, negatives and repeats (the
+    concurrency levels of `plan decode` and `bench sweep`, kept in plan: bench imports it)."""
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(
+            f"--levels {text!r} is not a list of integers: use e.g. 1,240,480"
+        ) from None
+    if not levels or min(levels) < 1 or len(set(levels)) != len(levels):
+        raise UserError(f"--levels {text!r}: give distinct concurrencies of at least 1")
+    return levels
