@@ -56,7 +56,9 @@ async def check_pipeline(
         try:
             for step in spec.steps:
                 toks = [
-                    await openai_http.tokenize(session, base, spec.model, build_messages(step, r), {})
+                    await openai_http.tokenize(
+                        session, base, spec.model, build_messages(step, r), {}
+                    )
                     for r in probe_records(step)
                 ]
                 steps.append(analyse_step(step, toks[0], toks[1], toks[2], block_size=block_size))
