@@ -5,8 +5,9 @@ One amd64 systemd host with room for its own Docker engine walks what hurt hosts
   Docker: the role stops before any change (it used to write daemon.json, add the docker group
   and a profile script, then fail);
 - a malformed /etc/docker/daemon.json: refused, naming the place, the file left as it is;
-- a converge (container_runtime and host_tuning, two job users) while another process holds
-  dpkg's lock for longer than apt's own 60 s wait: it waits, then converges;
+- a converge (container_runtime and host_tuning, two job users) with a dead third-party apt
+  source beside Debian's, while another process holds dpkg's lock for longer than apt's own
+  60 s wait: it waits, then converges;
 - provision.yml with every boolean of every role it runs given as "false" through `-e`: each
   switch is off; the job user dropped from the inventory in that run leaves the docker group
   and stops lingering;
@@ -38,13 +39,14 @@ from tests.plugins.provision import (
     write_inventory,
 )
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(3000)]
 
 ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
 TAGS = ("--tags", "container_runtime")
 MALFORMED = '{\n    "log-driver": "local",\n}\n'
 RESTART = re.compile(r"RUNNING HANDLER \[container_runtime : Restart Docker\][^\n]*\n(changed|ok)")
 LEAVER = "leaving-researcher"
+DEAD_SOURCE = "http://127.0.0.1:9/debian"  # the discard port: the connection is refused
 # Holds dpkg's frontend lock (an fcntl lock, as apt and dpkg take it) for LOCK_HOLD_S seconds.
 LOCK_HOLD_S = 75
 LOCK_MARKER = "TASK [container_runtime : Keep only the packages apt can install]"
@@ -148,6 +150,11 @@ def walk(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFac
     malformed_after = host.exec(["cat", "/etc/docker/daemon.json"], check=True).stdout
     host.exec(["rm", "/etc/docker/daemon.json"], check=True)
 
+    # A third-party source that no longer answers beside Debian's, which does: it is named,
+    # and the packages Debian offers still install.
+    host.exec(
+        f"echo 'deb {DEAD_SOURCE} bookworm main' > /etc/apt/sources.list.d/dead.list", check=True
+    )
     # Another apt/dpkg (a second provision, unattended-upgrades) takes dpkg's lock just before
     # the role installs and keeps it past the apt module's own 60 s wait.
     converge, holder_rc = converge_behind_a_lock(two, "--tags", "container_runtime,host_tuning")
