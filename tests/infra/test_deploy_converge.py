@@ -374,3 +374,41 @@ def test_a_hub_model_is_on_disk_before_vllm_starts_which_then_runs_offline(local
     compose = yaml.safe_load((stack / "compose.yml").read_text())
     assert compose["services"]["vllm"]["environment"]["HF_HUB_OFFLINE"] == "1"
     assert "a chat completion for tiny" in served.text
+
+
+@pytest.mark.timeout(900)
+def test_the_gb10_base_is_pinned_once_and_kept_from_the_file_beside_the_inventory(local_stack):
+    """Issue 24 item 1, in check mode (no registry is reachable here, so nothing is pulled or
+    built): a first deploy says it would pull the base tag and pin its digest in the file beside
+    the inventory; with that file present the deploy builds FROM its digest, which the stack
+    record carries, and pulls nothing."""
+    gb10 = {
+        "vllm_serving_profile": "gb10-gemma4-12b-fp8",
+        "vllm_serving_image": "",
+        "vllm_serving_model_dir": "",
+        "vllm_serving_memory_guard": False,  # this machine is not a Spark
+        "vllm_serving_extra_volumes": [],
+        "vllm_serving_extra_env": {},
+    }
+    inventory, _, stack = local_stack("gb10", **gb10)
+    check = ["-e", "ansible_become=false"]
+    first = run_playbook(
+        "deploy.yml", inventory, *check, check=True, diff=True, inherit_env=False,
+        cwd=REPO / "ansible", timeout=600,
+    )  # fmt: skip
+    assert first.rc == 0, first.stdout[-4000:]
+    lock = inventory / "sparkops-base-image.yml"
+    would = "would pull vllm/vllm-openai:v0.32.0 on localhost, build the kit's image FROM the"
+    assert f"{would} digest it gets and write it to {lock}" in first.text
+    assert not lock.exists() and not stack.exists()
+
+    digest = "sha256:" + "ab" * 32
+    lock.write_text(yaml.safe_dump({"image": "vllm/vllm-openai:v0.32.0", "digest": digest}))
+    kept = run_playbook(
+        "deploy.yml", inventory, *check, check=True, diff=True, inherit_env=False,
+        cwd=REPO / "ansible", timeout=600,
+    )  # fmt: skip
+    assert kept.rc == 0, kept.stdout[-4000:]
+    assert "would pull" not in kept.text
+    assert f'"base_digest": "{digest}"' in kept.text  # the stack record's diff
+    assert "would build sparkops/vllm:gb10 from docker/vllm" in kept.text
