@@ -74,7 +74,14 @@ if want sweep; then
   timeout 560 $KIT bench sweep --pipeline "$W/pipe/stroke-triage.yaml" --input "$W/recs_S.jsonl" \
     --levels "$LEVELS" --out "$W/sweep" --endpoint "$EP" --cold --no-progress --limit "$RECORDS" \
     --profile "$G/h200-llama8b-dummy-60g.yaml" --machine h200 > "$W/sweep.log" 2>&1
-  log "rc=$?"; tail -60 "$W/sweep.log" | cut -c1-240
+  rc=$?; log "rc=$rc"; tail -60 "$W/sweep.log" | cut -c1-240
+  if [ "$rc" != 0 ] && ! ls -d "$W"/sweep/level-* >/dev/null 2>&1; then  # --cold refused: warm
+    log "=== sweep again without --cold"
+    timeout 560 $KIT bench sweep --pipeline "$W/pipe/stroke-triage.yaml" --input "$W/recs_S.jsonl" \
+      --levels "$LEVELS" --out "$W/sweep" --endpoint "$EP" --no-progress --limit "$RECORDS" \
+      --profile "$G/h200-llama8b-dummy-60g.yaml" --machine h200 > "$W/sweep.log" 2>&1
+    log "rc=$?"; tail -60 "$W/sweep.log" | cut -c1-240
+  fi
 fi
 if want plan; then
   top=${LEVELS##*,}
