@@ -425,3 +425,65 @@ def test_damaged_results_lines_are_skipped_and_their_records_resent(tmp_path):
     j.open()
     assert j.done == {"a", "c"}
     j.close()
+
+
+# ---- issue 21 items 6-8: strict decoding, a bounded read, keys no id can equal ---------------
+def test_a_cp1252_byte_is_refused_naming_line_and_offset_and_read_with_its_encoding(tmp_path):
+    p = tmp_path / "in.csv"
+    p.write_bytes("id,text\nr1,ok\ncafé,crème\n".encode("cp1252"))
+    with pytest.raises(UserError, match=r"line 3, byte offset 17 \(0xe9\).*--encoding cp1252"):
+        scan_input(p, "csv", "id")
+    items = list(read_records(p, "csv", "id", encoding="cp1252"))
+    assert [i.id for i in items] == ["r1", "café"] and items[1].fields["text"] == "crème"
+
+
+def test_lone_cr_line_endings_still_split_records(tmp_path):
+    p = tmp_path / "mac.csv"
+    p.write_bytes(b"id,text\rr1,a\rr2,b\r")
+    assert [i.id for i in read_records(p, "csv", "id")] == ["r1", "r2"]
+
+
+def test_the_read_stops_at_the_scanned_size_and_drops_half_a_line(tmp_path):
+    p = tmp_path / "in.jsonl"
+    p.write_text('{"id": "a"}\n{"id": "b"}\n')
+    scan = scan_input(p, "jsonl", "id")
+    with p.open("a") as fh:
+        fh.write('{"id": "c"}\n')
+    assert [i.id for i in read_records(p, "jsonl", "id", limit=scan.stamp.size)] == ["a", "b"]
+    assert "grew from 24 to 36 bytes" in (scan.stamp.change(p) or "")
+    p.write_text('{"id": "a"}\n{"id"')  # truncated mid-line
+    assert [i.id for i in read_records(p, "jsonl", "id", limit=scan.stamp.size)] == ["a"]
+    assert "shrank from 24 to 17 bytes" in (scan.stamp.change(p) or "")
+
+
+def test_an_id_spelt_like_a_line_key_is_not_that_line(tmp_path):
+    from sparkops.batch import lines
+
+    bad = {"id": None, "status": "error", "error": "line 2: not valid JSON", "line": 2}
+    odd = {"id": "\x00line:2", "status": "done", "final": "yes", "line": 3}
+    assert lines.outcome(bad).key == lines.LineKey(2) != lines.outcome(odd).key == "\x00line:2"
+
+
+def test_a_manifest_field_of_the_wrong_type_is_one_line(tmp_path):
+    job = tmp_path / "job"
+    prepare_dir(job, manifest(), restart=False)
+    (job / MANIFEST).write_text(json.dumps({**manifest().to_json(), "total": "3"}))
+    with pytest.raises(UserError, match="has a bad field 'total'"):
+        load_manifest(job)
+
+
+def test_drop_errors_keeps_the_old_file_and_leaves_each_record_once(tmp_path):
+    from sparkops.batch.jobdir import drop_errors
+
+    job = tmp_path / "job"
+    prepare_dir(job, manifest(), restart=False)
+    j = Journal(job, "id", fsync_interval=0)
+    j.open()
+    for rid, st in (("a", "done"), ("b", "error"), ("c", "done")):
+        j.append({"id": rid, "status": st, "final": "yes" if st == "done" else None, "line": 1})
+    j.close()
+    assert drop_errors(job) == 1
+    assert [r["id"] for r in iter_json_lines(job / RESULTS)] == ["a", "c"]
+    (backup,) = job.glob("previous-*/results.jsonl")
+    assert [r["id"] for r in iter_json_lines(backup)] == ["a", "b", "c"]
+    assert drop_errors(job) == 0

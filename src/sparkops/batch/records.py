@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import csv
 import hashlib
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -67,45 +68,79 @@ def detect_kind(path: Path, encoding: str = UTF8) -> InputKind:
 def _lines(path: Path, encoding: str, limit: int | None = None) -> Iterator[tuple[int, str]]:
     """(1-based line number, text) of `path`, decoded strictly, streaming.
 
-    Read as bytes so that a byte that is not `encoding` stops the job before any request,
-    naming its line and offset (never U+FFFD in an id or a prompt), and so that reading ends
-    at `limit` bytes: the size the job recorded, so lines appended while it runs are not read
-    (the job notices the change and stops, batch/job.py). A UTF-8 byte-order mark (Excel and
-    Notepad write one) is not part of line 1.
+    Decoded strictly so that a byte that is not `encoding` stops the job before any request,
+    naming its line and offset (never U+FFFD in an id or a prompt), and read up to `limit`
+    bytes: the size the job recorded, so lines appended while it runs are not read (the job
+    notices the change and stops, batch/job.py), and half a line left by a truncation is not
+    a record. Lines end at \n, \r\n or a lone \r (Excel's Macintosh CSV), as Python's
+    universal newlines split them; a UTF-8 byte-order mark is not part of line 1. The
+    decoding and splitting run in C (TextIOWrapper); only an error is located byte by byte.
     """
-    with path.open("rb") as fh:
-        offset = 0
-        for n, raw in enumerate(fh, start=1):
-            if limit is not None:
-                if offset >= limit:
-                    return
-                raw = raw[: limit - offset]
-                if not raw.endswith(b"\n") and offset + len(raw) < limit:
+    codec = "utf-8-sig" if encoding == UTF8 else encoding
+    with path.open("rb", buffering=0) as raw:
+        bounded = _Bounded(raw, limit)
+        text = io.TextIOWrapper(io.BufferedReader(bounded, 1 << 16), codec, newline="")
+        try:
+            for n, line in enumerate(text, start=1):
+                if bounded.short and not line.endswith(("\n", "\r")):
                     return  # the file shrank under the job: half a line is not a record
-            start = 3 if n == 1 and encoding == UTF8 and raw.startswith(_BOM) else 0
+                yield n, line
+        except UnicodeDecodeError:
+            raise UserError(_where_undecodable(path, encoding)) from None
+
+
+class _Bounded(io.RawIOBase):
+    """A raw reader that stops at `limit` bytes, and notes (`short`) a file that ended first."""
+
+    def __init__(self, raw: Any, limit: int | None) -> None:
+        self.raw = raw
+        self.left = limit
+        self.short = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer)
+        if self.left is not None:
+            if self.left <= 0:
+                return 0
+            view = view[: self.left]
+        n = self.raw.readinto(view) or 0
+        if n == 0 and self.left is not None:
+            self.short = True
+        if self.left is not None:
+            self.left -= n
+        return n
+
+
+def _where_undecodable(path: Path, encoding: str) -> str:
+    """The message for the first byte of `path` that `encoding` cannot decode."""
+    decoder = codecs.getincrementaldecoder(encoding)()
+    offset = 0
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            skip = 3 if n == 1 and encoding == UTF8 and raw.startswith(_BOM) else 0
             try:
-                text = raw[start:].decode(encoding)
+                decoder.decode(raw[skip:])
             except UnicodeDecodeError as err:
-                raise UserError(
-                    _encoding_message(
-                        path, n, offset + start + err.start, raw[start + err.start], encoding
-                    )
-                ) from None
+                at = skip + err.start
+                return _encoding_message(path, n, offset + at, raw[at], encoding)
             offset += len(raw)
-            yield n, text
+    return f"{path} is not {encoding} text (nothing was sent); pass the --encoding it was saved in"
 
 
 def _encoding_message(path: Path, line: int, offset: int, byte: int, encoding: str) -> str:
     if encoding == UTF8:
         return (
-            f"{path} is not UTF-8: line {line}, byte {offset} (0x{byte:02x}) is not valid "
+            f"{path} is not UTF-8: line {line}, byte offset {offset} (0x{byte:02x}) is not valid "
             "UTF-8 (nothing was sent); if Excel or Windows saved it, pass --encoding cp1252 "
             f"(or the encoding it was saved in), or convert it: iconv -f cp1252 -t utf-8 "
             f"{path.name} > {path.stem}.utf8{path.suffix}"
         )
     return (
-        f"{path} is not {encoding}: line {line}, byte {offset} (0x{byte:02x}) has no character "
-        "in that encoding (nothing was sent); pass the --encoding it was saved in"
+        f"{path} is not {encoding}: line {line}, byte offset {offset} (0x{byte:02x}) has no "
+        "character in that encoding (nothing was sent); pass the --encoding it was saved in"
     )
 
 
