@@ -32,7 +32,9 @@ HZ = os.sysconf("SC_CLK_TCK")
 def label(pid: str) -> str | None:
     """What a process is: kit, bench, an API server, the engine core, ..."""
     try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        cmd = (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return None

@@ -109,7 +109,7 @@ def test_throughput_from_sweep_usage_errors(tmp_path):
     with pytest.raises(UserError, match="--prompt-tokens is needed"):
         run(["plan", "throughput", "--computed-tok-s", "9"])
     (tmp_path / "bad.json").write_text("[1]")
-    with pytest.raises(UserError, match="bad.json"):
+    with pytest.raises(UserError, match=r"bad\.json"):
         run(["plan", "throughput", "--from-sweep", str(tmp_path / "bad.json")])
 
 

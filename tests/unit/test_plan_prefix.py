@@ -137,7 +137,7 @@ def test_cli_profile_without_a_shape_and_bad_inputs(tmp_path):
     profile["model"] = "someone/unknown-model"
     path = tmp_path / "p.yaml"
     path.write_text(json.dumps(profile))
-    with pytest.raises(UserError, match="ships no shape .* pass the model's config.json"):
+    with pytest.raises(UserError, match=r"ships no shape .* pass the model's config\.json"):
         profile_shape(str(path))
     with pytest.raises(UserError, match="--shared"):
         plan_shared_prefix(
