@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from sparkops.batch.lines import succeeded
 from sparkops.metrics.bottleneck import name_bottleneck
 from sparkops.metrics.timeline import (
     Window,
@@ -79,7 +80,7 @@ def per_record_tokens(
     prompt = gen = calls = 0.0
     n = 0
     for r in results:
-        if r.get("status") != "done":
+        if not succeeded(r):
             continue
         steps = [s for s in r.get("steps") or [] if isinstance(s, dict)]
         if not steps:
@@ -98,7 +99,7 @@ def summarise_level(
 ) -> LevelSummary:
     """The sweep row for one level from its results and timeline lines."""
     finish = sorted(float(r["t"]) for r in results if isinstance(r.get("t"), (int, float)))
-    done = sum(1 for r in results if r.get("status") == "done")
+    done = sum(1 for r in results if succeeded(r))
     errors = len(results) - done
     sample_times = [float(s["t"]) for s in samples if "t" in s]
     begin = min([*sample_times[:1], *finish[:1]]) if (sample_times or finish) else None
