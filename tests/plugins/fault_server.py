@@ -300,14 +300,41 @@ class _Metrics:
         return generate_latest(self.registry)
 
 
-class FaultServer:
+class ThreadedServer:
+    """A server on its own event loop in a background thread, on 127.0.0.1 (a free port by
+    default), so a subprocess reaches it like any server (the rewriting proxy is one too)."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        return self.url + "/v1"
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    def _end_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+class FaultServer(ThreadedServer):
     """See the module docstring for the API."""
 
     def __init__(self, model: str = "tiny", port: int | None = None) -> None:
+        super().__init__(port)
         self.model = model
         self.max_model_len = 4096
         self.version = "0.0.0+fault"
-        self.port = port or free_port()
         self.content: str | Callable[[str, dict[str, Any]], str] = "no"
         self.default: Action = ok()
         self.requests: Counter[str] = Counter()
@@ -326,21 +353,8 @@ class FaultServer:
         self._overrides: dict[str, Action] = {}
         self._stalled = False
         self._metrics = _Metrics(model)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self._runner: web.AppRunner | None = None
         self._release: asyncio.Event | None = None
         self._unstalled: asyncio.Event | None = None
-
-    # ---- addresses ---------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def openai_url(self) -> str:
-        return self.url + "/v1"
 
     # ---- scripting ---------------------------------------------------------------------
     def script(self, key: str, *actions: Action) -> None:
@@ -403,11 +417,7 @@ class FaultServer:
 
     def close(self) -> None:
         self.stop()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-
-    def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+        self._end_loop()
 
     async def _set_stall(self, on: bool) -> None:
         assert self._unstalled is not None

@@ -16,9 +16,7 @@ Fixture: `rewriting_proxy(upstream_url) -> RewritingProxy` (started; stopped aft
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +24,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.plugins.fault_server import COMPLETION_PATHS, free_port
+from tests.plugins.fault_server import COMPLETION_PATHS, ThreadedServer
 
 Rewrite = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -48,35 +46,22 @@ def rewrite_content(text: str | None) -> Rewrite:
     return rewrite
 
 
-class RewritingProxy:
+class RewritingProxy(ThreadedServer):
     def __init__(self, upstream: str) -> None:
+        super().__init__()
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
-        self.port = free_port()
         self.rewrite: Rewrite | None = None
         self.status: int | None = None
         self.forwarded = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def openai_url(self) -> str:
-        return self.url + "/v1"
-
     def start(self) -> RewritingProxy:
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=30)
+        self._call(self._start())
         return self
 
     def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        self._call(self._stop())
+        self._end_loop()
 
     async def _start(self) -> None:
         self._session = aiohttp.ClientSession()
