@@ -102,7 +102,7 @@ def test_whose_fault_each_failure_is():
         assert record.is_records_fault
     assert http(400).cause == "HTTP 400: m N" and http(400).message == "HTTP 400: m 12"
     alone = http(500).alone(6)
-    assert alone.is_records_fault and alone.message.startswith("gave up after 6 attempts")
+    assert alone.is_records_fault and alone.message == "gave up after 6 attempts: HTTP 500: m 12"
 
 
 def test_exit_status_and_interrupt_codes():

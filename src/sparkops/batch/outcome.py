@@ -106,9 +106,8 @@ class Failure:
         else:
             text = self.detail or self.cause
         if self.alone_after:
-            return (
-                f"gave up after {self.alone_after} attempts (other records were answered): {text}"
-            )
+            # the old wording, which causes of older results lines are read by (retry.py)
+            return f"gave up after {self.alone_after} attempts: {text}"
         return text
 
     def alone(self, attempts: int) -> Failure:
