@@ -13,6 +13,7 @@ import pytest
 
 from sparkops.bench import cli
 from sparkops.errors import UserError
+from sparkops.plan import cli as plan_cli
 
 pytestmark = pytest.mark.integration
 
@@ -62,30 +63,46 @@ def sweep_args(server, pipeline, records, out, *extra):
     return parser.parse_args(argv)
 
 
-def test_two_level_sweep(vllm_server, tmp_path):
+def test_two_level_sweep(vllm_server, tmp_path, capsys):
     pipeline, records = write_job(tmp_path, vllm_server.model)
     out = tmp_path / "sweep"
-    args = sweep_args(vllm_server, pipeline, records, out)
+    extra = ("--level-one-limit", "12", "--profile", "cpu-tiny", "--machine", "gb10")
+    args = sweep_args(vllm_server, pipeline, records, out, *extra)
     assert args.func(args) == 0
 
     table = json.loads((out / "sweep.json").read_text())
     levels = table["levels"]
     assert [lv["concurrency"] for lv in levels] == [1, 8]
-    for lv in levels:
-        assert lv["records"] == RECORDS and lv["done"] + lv["errors"] == RECORDS
+    for lv, count in zip(levels, (12, RECORDS), strict=True):
+        assert lv["records"] == count and lv["done"] + lv["errors"] == count
         assert lv["records_per_min"] > 0
         assert lv["generation_tok_s"] > 0
+        assert lv["effective_tok_s"] > lv["computed_tok_s"] > lv["computed_prompt_tok_s"] > 0
         assert 0.0 < lv["hit_rate"] <= 1.0  # the shared system prompts are reused
         assert 0.0 <= lv["kv_usage_max"] <= 1.0
-    # Every level ran the same records, each exactly once.
-    for name in ("level-00001", "level-00008"):
+        assert lv["bottleneck"] in ("engine", "kv-cache", "front-end", "client")
+    # Level 1 ran the first 12 records (--level-one-limit), level 8 all, each exactly once.
+    for name, count in (("level-00001", 12), ("level-00008", RECORDS)):
         ids = [json.loads(line)["id"] for line in (out / name / "results.jsonl").open()]
-        assert sorted(ids) == [f"r{i:03d}" for i in range(RECORDS)]
+        assert sorted(ids) == [f"r{i:03d}" for i in range(count)]
+
+    # The planner fed the level-8 row predicts that level's measured records/min within 10%.
+    capsys.readouterr()  # the sweep's own report
+    parser = argparse.ArgumentParser()
+    plan_cli.register(parser.add_subparsers())
+    plan = parser.parse_args(["plan", "throughput", "--from-sweep", str(out), "--json"])
+    assert plan.func(plan) == 0
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert check["target"] == "sweep level 8"
+    assert abs(check["error"]) < 0.10, check
+    assert "Planner check" in (out / "sweep.md").read_text()
+    assert plt.imread(out / "decode_ceiling.png").shape[:2] == (400, 600)
     # More requests in flight finish more records a minute on the same server.
     assert levels[1]["records_per_min"] > levels[0]["records_per_min"]
 
     report = (out / "sweep.md").read_text()
-    assert report.count("\n| 1 |") == 1 and report.count("\n| 8 |") == 1
+    # one row per level in each table: the sweep's, the planner check's, the decode ceiling's
+    assert report.count("\n| 1 |") == 3 and report.count("\n| 8 |") == 3
     assert "![records_per_min.png](records_per_min.png)" in report
     for name in ("records_per_min.png", "hit_rate.png"):
         assert plt.imread(out / name).shape[:2] == (400, 600)
