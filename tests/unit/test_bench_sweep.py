@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import stat
+
 import matplotlib.pyplot as plt
 import pytest
 
@@ -208,3 +210,35 @@ def test_bad_levels(text):
 
 def test_levels():
     assert parse_levels("1,240, 480,960") == [1, 240, 480, 960]
+
+
+def test_sample_input_keeps_whole_records_private(tmp_path):
+    from sparkops.bench.runner import SweepConfig, sample_input
+
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"id": "a"}\n\n{"id": "b"}\n{"id": "c"}\n')
+    first = sample_input(jsonl, 2, tmp_path)
+    assert first.read_text() == '{"id": "a"}\n{"id": "b"}\n'  # the blank line is no record
+    assert stat.S_IMODE(first.stat().st_mode) == 0o600
+    csv_in = tmp_path / "in.csv"
+    csv_in.write_text('id,text\r\n1,"two\nlines"\r\n2,x\r\n3,y\r\n')
+    rows = sample_input(csv_in, 2, tmp_path).read_bytes()
+    assert rows == b'id,text\r\n1,"two\nlines"\r\n2,x\r\n'  # header + two rows, one spans lines
+    cfg = SweepConfig(pipeline=jsonl, input=jsonl, levels=[1, 8], out=tmp_path, limit=30)
+    assert (cfg.records_for(1), cfg.records_for(8)) == (30, 30)
+    cfg = SweepConfig(pipeline=jsonl, input=jsonl, levels=[1, 8], out=tmp_path)
+    assert (cfg.records_for(1), cfg.records_for(8)) == (50, None)  # level 1 on a sample
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "x"])
+def test_limit_must_be_a_positive_count(text, capsys):
+    import argparse
+
+    from sparkops.bench import cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    argv = ["bench", "sweep", "--pipeline", "p", "--input", "i", "--out", "o", "--limit", text]
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(argv)
+    assert exit_.value.code == 2 and "--limit" in capsys.readouterr().err
