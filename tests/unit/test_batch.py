@@ -145,7 +145,7 @@ def _yes_to_go(key: str, body: dict) -> str:
 def test_engine_retries_transient_errors_and_keeps_400_as_record_error(
     tmp_path, monkeypatch, fault_server
 ):
-    monkeypatch.setattr("sparkops.batch.engine.backoff_delay", lambda attempt: 0.01)
+    monkeypatch.setattr("sparkops.batch.calls.backoff_delay", lambda attempt: 0.01)
     recs = [
         Record(f"r{i}", i, {"text": f"[id:r{i}] go {i}" if i % 2 else f"[id:r{i}] stop {i}"})
         for i in range(1, 41)
@@ -173,7 +173,7 @@ def test_engine_retries_transient_errors_and_keeps_400_as_record_error(
 
 
 def test_engine_spreads_over_endpoints_and_survives_a_dead_one(tmp_path, monkeypatch, fault_server):
-    monkeypatch.setattr("sparkops.batch.engine.backoff_delay", lambda attempt: 0.01)
+    monkeypatch.setattr("sparkops.batch.calls.backoff_delay", lambda attempt: 0.01)
     recs = [Record(f"r{i}", i, {"text": f"stop {i}"}) for i in range(30)]
     dead = f"http://127.0.0.1:{free_port()}"
     _stats, results, pool = asyncio.run(

@@ -7,9 +7,10 @@ however large the input. Completions come back through a queue (O(1) per call, n
 `asyncio.wait` over 1,000 tasks). Ready calls wait in one FIFO per step; which step goes
 next is the policy's choice (batch/policy.py).
 
-What one attempt came to is typed (batch/outcome.py, sent by batch/transport.py); when the
-job stops is the stop rules' decision (batch/stop_rules.py); how a record ends is written by
-batch/fate.py. A failure that is the server's never ends a record (docs/batch.md).
+What one attempt came to is typed (batch/outcome.py, sent by batch/transport.py, retried by
+batch/calls.py); when the job stops is the stop rules' decision (batch/stop_rules.py); how a
+record ends is written by batch/fate.py. A failure that is the server's never ends a record
+(docs/batch.md).
 """
 
 from __future__ import annotations
@@ -23,16 +24,16 @@ from typing import Any
 import aiohttp
 
 from sparkops.batch.admission import Admission
+from sparkops.batch.calls import send
 from sparkops.batch.checks import Checks
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.fate import Fates, RecordState, Stats
 from sparkops.batch.journal import Journal
 from sparkops.batch.lines import record_key
 from sparkops.batch.options import EngineSettings
-from sparkops.batch.outcome import Answer, Failure, Kind, Outcome, record_failure
+from sparkops.batch.outcome import Failure, Outcome, record_failure
 from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
 from sparkops.batch.records import InputProblem, Record
-from sparkops.batch.retry import backoff_delay
 from sparkops.batch.stop_rules import FailFast, NoAnswer, Stop, SuspendDetector, all_stalled
 from sparkops.batch.transport import Transport
 from sparkops.pipeline.parse import parse_answer
@@ -43,8 +44,6 @@ from sparkops.pipeline.spec import PipelineSpec
 __all__ = ["Engine", "EngineConfig", "RecordState", "Stats", "Stop"]
 
 _STOP: Any = object()  # put in the completions queue to wake the dispatcher for a stop
-# A call that stalled alone (batch/checks.py) is the record's own failure after this many.
-STALLED_ALONE_ATTEMPTS = 3
 
 
 class EngineConfig(EngineSettings):
@@ -289,64 +288,13 @@ class Engine:
 
     # ---- one call with retries --------------------------------------------------------
     async def _call(self, state: RecordState) -> tuple[RecordState, Outcome]:
-        """Attempts until an answer or a failure that may end the record (outcome.py).
-
-        A failure that is the server's is retried; at the call's deadline (--retry-for) it
-        ends the record only when other records were answered meanwhile or the endpoint
-        answers a check request (this record's problem); otherwise it is an outage and the
-        job-level deadline stops the job with the record unfinished.
-        """
+        """The record's next request, sent with retries (batch/calls.py)."""
         try:
             url_path, body = self._request(state)
         except RecordError as err:
             return state, record_failure(f"line {state.record.line}: {err}")
-        assert self._transport is not None
         payload = json.dumps(body).encode()
-        want_text = self.pipeline is not None
-        pool, no_answer = self.pool, self.no_answer
-        deadline = pool.now() + self.cfg.retry_for
-        attempt = stalled_alone = 0
-        since = pool.now()  # when the previous failed attempt ended
-        while True:
-            attempt += 1
-            ep = pool.pick()
-            outcome = await self._transport.attempt(ep, url_path, payload, want_text)
-            now = pool.now()
-            if isinstance(outcome, Answer) or (outcome.code and outcome.is_records_fault):
-                no_answer.answered(now)  # the server is there (a 400 is an answer too)
-            if isinstance(outcome, Answer):
-                self.stats.calls += 1
-                pool.mark_up(ep)
-                return state, outcome
-            if outcome.kind is Kind.REROUTED:  # its endpoint stalled: send it elsewhere now
-                attempt -= 1
-                continue
-            if outcome.kind is Kind.STALLED_ALONE:
-                stalled_alone += 1
-                if stalled_alone >= STALLED_ALONE_ATTEMPTS:
-                    self.stats.calls += 1
-                    return state, outcome.alone(attempt)
-            elif outcome.is_records_fault:
-                self.stats.calls += 1
-                pool.mark_up(ep)
-                return state, outcome
-            else:
-                no_answer.failed(state.record.id, outcome)
-                if outcome.kind is not Kind.TIMEOUT:
-                    pool.mark_down(ep)  # its calls go to the other endpoints for a while
-                if now >= deadline:
-                    if no_answer.due(now):
-                        self.stop(no_answer.stop())  # an outage: the record stays unfinished
-                        return state, outcome
-                    if no_answer.last_ok > since or await self.checks.answers(ep):
-                        self.stats.calls += 1
-                        return state, outcome.alone(attempt)  # others answered: its own
-            since = now
-            self.stats.retries += 1
-            delay = backoff_delay(attempt)
-            if outcome.retry_after is not None and outcome.retry_after > delay:
-                delay = outcome.retry_after
-            await asyncio.sleep(delay)
+        return state, await send(self, url_path, payload, state.record.id)
 
     def _request(self, state: RecordState) -> tuple[str, dict[str, Any]]:
         rec = state.record

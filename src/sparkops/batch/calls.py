@@ -1,0 +1,76 @@
+"""One call with retries: attempts until an answer or a failure that may end the record.
+
+A failure that is the server's (batch/outcome.py) is retried with full-jitter backoff (a
+Retry-After longer than the backoff wins) and benches the endpoint, except a timeout. At the
+call's deadline (--retry-for) it ends the record only when other records were answered after
+its previous failed attempt, or when the endpoint answers a check request (batch/checks.py):
+then it is this record's problem. Otherwise it is an outage, and the job-level deadline
+(batch/stop_rules.py) stops the job with the record unfinished. A call cancelled because its
+endpoint stalled is re-sent at once without counting as an attempt; one that stalled alone
+is retried, and ends the record on its third time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from sparkops.batch.outcome import Answer, Kind, Outcome
+from sparkops.batch.retry import backoff_delay
+
+if TYPE_CHECKING:
+    from sparkops.batch.engine import Engine
+
+# A call that stalled alone (batch/checks.py) is the record's own failure after this many.
+STALLED_ALONE_ATTEMPTS = 3
+
+
+async def send(engine: Engine, path: str, payload: bytes, record_id: str) -> Outcome:
+    """The outcome the record's step gets (see the module docstring)."""
+    transport = engine._transport
+    assert transport is not None
+    want_text = engine.pipeline is not None
+    pool, no_answer, stats = engine.pool, engine.no_answer, engine.stats
+    deadline = pool.now() + engine.cfg.retry_for
+    attempt = stalled_alone = 0
+    since = pool.now()  # when the previous failed attempt ended
+    while True:
+        attempt += 1
+        ep = pool.pick()
+        outcome = await transport.attempt(ep, path, payload, want_text)
+        now = pool.now()
+        if isinstance(outcome, Answer) or (outcome.code and outcome.is_records_fault):
+            no_answer.answered(now)  # the server is there (a 400 is an answer too)
+        if isinstance(outcome, Answer):
+            stats.calls += 1
+            pool.mark_up(ep)
+            return outcome
+        if outcome.kind is Kind.REROUTED:  # its endpoint stalled: send it elsewhere now
+            attempt -= 1
+            continue
+        if outcome.kind is Kind.STALLED_ALONE:
+            stalled_alone += 1
+            if stalled_alone >= STALLED_ALONE_ATTEMPTS:
+                stats.calls += 1
+                return outcome.alone(attempt)
+        elif outcome.is_records_fault:
+            stats.calls += 1
+            pool.mark_up(ep)
+            return outcome
+        else:
+            no_answer.failed(record_id, outcome)
+            if outcome.kind is not Kind.TIMEOUT:
+                pool.mark_down(ep)  # its calls go to the other endpoints for a while
+            if now >= deadline:
+                if no_answer.due(now):
+                    engine.stop(no_answer.stop())  # an outage: the record stays unfinished
+                    return outcome
+                if no_answer.last_ok > since or await engine.checks.answers(ep):
+                    stats.calls += 1
+                    return outcome.alone(attempt)  # others were answered: its own
+        since = now
+        stats.retries += 1
+        delay = backoff_delay(attempt)
+        if outcome.retry_after is not None and outcome.retry_after > delay:
+            delay = outcome.retry_after
+        await asyncio.sleep(delay)
