@@ -102,9 +102,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="weights in GB (default: the size of the weight files beside config.json)",
     )
     mem.add_argument(
-        "--kv-dtype", choices=["fp8", "bf16", "fp16"], help="default: the profile's, else fp8"
-    )
-    mem.add_argument(
         "--memory-gb",
         type=float,
         default=DEFAULT_MEMORY_GB,
@@ -148,9 +145,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_source(dec)
     dec.add_argument("--weights-gb", type=float, help="weight bytes read per step, decimal GB")
     dec.add_argument(
-        "--kv-dtype", choices=["fp8", "bf16", "fp16"], help="default: the profile's, else fp8"
-    )
-    dec.add_argument(
         "--context",
         type=int,
         required=True,
@@ -172,6 +166,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_model_source(parser: argparse.ArgumentParser) -> None:
+    """The model to plan for (--config or --profile) and its KV-cache dtype."""
+    parser.add_argument(
+        "--kv-dtype", choices=["fp8", "bf16", "fp16"], help="default: the profile's, else fp8"
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--config", type=Path, help="Hugging Face config.json (or the model folder holding it)"
