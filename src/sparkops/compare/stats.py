@@ -174,6 +174,15 @@ def normalise(label: str) -> str:
     return label.strip().lower()
 
 
+def against_gold(
+    decisions: Mapping[str, str], gold: Mapping[str, str], positive: Iterable[str] = ("yes",)
+) -> Confusion:
+    """One run's decisions against gold labels, over the records that have both."""
+    pos = frozenset(normalise(p) for p in positive)
+    graded = sorted(decisions.keys() & gold.keys())
+    return confusion(((normalise(decisions[k]), normalise(gold[k])) for k in graded), pos)
+
+
 def compare_decisions(
     run_a: Mapping[str, str],
     run_b: Mapping[str, str],

