@@ -1,5 +1,8 @@
 """Check requests: one tiny real request that tells a record's problem from the server's.
 
+Before the first record (`check_endpoints`), every distinct endpoint gets it: a 401/403/404/407
+answers every record alike, so the job is refused (exit 2) naming the endpoint and the fix.
+
 A failure of the server's kind (batch/outcome.py) is an outage unless the server answers
 other work meanwhile. When the evidence is missing (the failing record is the only one left,
 or every endpoint stalled with only a few calls in flight), the engine asks: the endpoint
@@ -18,9 +21,20 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
+
+from sparkops import openai_http
 from sparkops.batch.endpoints import Endpoint
-from sparkops.batch.outcome import Answer
+from sparkops.batch.outcome import (
+    ENDPOINT_STATUS,
+    Answer,
+    Failure,
+    classify_200,
+    http_failure,
+)
 from sparkops.batch.stop_rules import Stop
+from sparkops.errors import UserError
+from sparkops.privacy import redact
 
 if TYPE_CHECKING:
     from sparkops.batch.engine import Engine
@@ -114,3 +128,96 @@ class Checks:
             self.on_other_model(model)
         if self.engine.cfg.strict_model:
             self.engine.stop(Stop("model-changed", other_model_message(model, expected, True)))
+
+
+# ---- before the first record ------------------------------------------------------------
+async def check_endpoints(
+    session: aiohttp.ClientSession,
+    bases: list[str],
+    model: str | None,
+    headers: dict[str, str],
+    timeout: float,
+) -> str | None:
+    """Every endpoint, before the first record: /v1/models answers like an OpenAI server and
+    serves the pipeline's `model`, and one real tiny request (batch/checks.py) is not refused
+    as 401/403/404/407 (a wrong key, path or proxy login answers every record alike: a job
+    spreading calls over it would fail its share of them). UserError (exit 2) naming the
+    endpoint and the fix; other failures of the check request (a 5xx, a slow server) are
+    left to the job's retry and stall rules. Returns the first endpoint's first model.
+    """
+    first: str | None = None
+    for base in dict.fromkeys(bases):  # each distinct endpoint once
+        names = await _served_models(session, base, headers, timeout)
+        if model is not None and model not in names:
+            raise UserError(
+                f"model {model!r} is not served at {redact(base)} (serving {names}); "
+                "fix 'model:' in the pipeline"
+            )
+        if first is None and names:
+            first = names[0]
+        outcome = await _check_request(session, base, model or (names[0] if names else None),
+                                       headers, timeout)  # fmt: skip
+        if isinstance(outcome, Failure) and outcome.code in ENDPOINT_STATUS:
+            fix = (
+                "check --api-key-env (the key it names is refused)"
+                if outcome.code in (401, 403, 407)
+                else "fix --endpoint (the path is wrong, or it serves no chat completions)"
+            )
+            raise UserError(
+                f"endpoint {redact(base)} refused a check request with {outcome.message}; {fix} "
+                "(nothing was sent)"
+            )
+    return first
+
+
+async def _served_models(
+    session: aiohttp.ClientSession, base: str, headers: dict[str, str], timeout: float
+) -> list[str]:
+    name = redact(base)
+    try:
+        async with asyncio.timeout(timeout):
+            return await openai_http.served_models(session, base, headers)
+    except TimeoutError:
+        raise UserError(
+            f"{name}/v1/models did not answer within {timeout:.0f} s; check that "
+            "the server is not hung (its log, /health) and that --endpoint is right"
+        ) from None
+    except openai_http.AnswerError as err:
+        raise UserError(
+            f"{name} does not answer like vLLM or LiteLLM: {err}; fix --endpoint"
+        ) from None
+    except (aiohttp.ClientError, OSError) as err:
+        raise UserError(
+            f"cannot reach {name}/v1/models ({type(err).__name__}); start the server "
+            "(sparkops local up) or fix --endpoint"
+        ) from None
+
+
+async def _check_request(
+    session: aiohttp.ClientSession,
+    base: str,
+    model: str | None,
+    headers: dict[str, str],
+    timeout: float,
+) -> Answer | Failure | None:
+    """The check request's outcome; None when it could not be sent or took too long."""
+    try:
+        async with asyncio.timeout(timeout):
+            async with session.post(
+                base + CHECK_PATH, json=check_body(model), headers=headers
+            ) as resp:
+                raw = await resp.read()
+                status = resp.status
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return None
+    body = _json_or_none(raw)
+    if status == 200:
+        return classify_200(CHECK_PATH, body, None, want_text=False)
+    return http_failure(status, body, raw, None, None)
+
+
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None

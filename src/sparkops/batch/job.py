@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from sparkops import local_stack, openai_http
-from sparkops.batch import lines, serving, serving_record, stall
+from sparkops.batch import checks, lines, serving, serving_record, stall
 from sparkops.batch.checks import other_model_message
 from sparkops.batch.durable import append_json, write_json_atomic
 from sparkops.batch.endpoints import Endpoint, EndpointPool, normalise_base
@@ -412,7 +412,7 @@ async def _preflight(
     or odd /tokenize degrades to "no ceiling" with a note instead of stopping the job.
     """
     base = pool.endpoints[0].base
-    default_model = await serving.check_endpoints(  # every endpoint (batch/serving.py)
+    default_model = await checks.check_endpoints(  # every endpoint (batch/checks.py)
         side, [ep.base for ep in pool.endpoints], spec.model if spec else None, headers, timeout
     )
     if spec is None:

@@ -38,14 +38,11 @@ import aiohttp
 
 from sparkops import __version__, openai_http
 from sparkops.batch import serving_record
-from sparkops.batch.checks import CHECK_PATH, check_body
 from sparkops.batch.durable import append_json, iter_json_lines
 from sparkops.batch.jobdir import SERVING
-from sparkops.batch.outcome import ENDPOINT_STATUS, Answer, Failure, classify_200, http_failure
 from sparkops.batch.serving_record import Change, Identity
-from sparkops.errors import UserError
 from sparkops.inputs import read_json
-from sparkops.privacy import is_secret_name, redact
+from sparkops.privacy import is_secret_name
 
 # One identity probe (three small GETs) is bounded: a slow server is "no answer this time".
 PROBE_TIMEOUT_S = 10.0
@@ -82,91 +79,6 @@ async def probe(
         return serving_record.build_identity(version, models, cache)
     except ValueError as err:
         raise openai_http.NoAnswer(str(err)) from None
-
-
-async def check_endpoints(
-    session: aiohttp.ClientSession,
-    bases: list[str],
-    model: str | None,
-    headers: dict[str, str],
-    timeout: float,
-) -> str | None:
-    """Every endpoint, before the first record: /v1/models answers like an OpenAI server and
-    serves the pipeline's `model`, and one real tiny request (batch/checks.py) is not refused
-    as 401/403/404/407 (a wrong key, path or proxy login answers every record alike: a job
-    spreading calls over it would fail its share of them). UserError (exit 2) naming the
-    endpoint and the fix; other failures of the check request (a 5xx, a slow server) are
-    left to the job's retry and stall rules. Returns the first endpoint's first model.
-    """
-    first: str | None = None
-    for base in dict.fromkeys(bases):  # each distinct endpoint once
-        names = await _served_models(session, base, headers, timeout)
-        if model is not None and model not in names:
-            raise UserError(
-                f"model {model!r} is not served at {redact(base)} (serving {names}); "
-                "fix 'model:' in the pipeline"
-            )
-        if first is None and names:
-            first = names[0]
-        outcome = await _check_request(session, base, model or (names[0] if names else None),
-                                       headers, timeout)  # fmt: skip
-        if isinstance(outcome, Failure) and outcome.code in ENDPOINT_STATUS:
-            fix = (
-                "check --api-key-env (the key it names is refused)"
-                if outcome.code in (401, 403, 407)
-                else "fix --endpoint (the path is wrong, or it serves no chat completions)"
-            )
-            raise UserError(
-                f"endpoint {redact(base)} refused a check request with {outcome.message}; {fix} "
-                "(nothing was sent)"
-            )
-    return first
-
-
-async def _served_models(
-    session: aiohttp.ClientSession, base: str, headers: dict[str, str], timeout: float
-) -> list[str]:
-    name = redact(base)
-    try:
-        async with asyncio.timeout(timeout):
-            return await openai_http.served_models(session, base, headers)
-    except TimeoutError:
-        raise UserError(
-            f"{name}/v1/models did not answer within {timeout:.0f} s; check that "
-            "the server is not hung (its log, /health) and that --endpoint is right"
-        ) from None
-    except openai_http.AnswerError as err:
-        raise UserError(
-            f"{name} does not answer like vLLM or LiteLLM: {err}; fix --endpoint"
-        ) from None
-    except (aiohttp.ClientError, OSError) as err:
-        raise UserError(
-            f"cannot reach {name}/v1/models ({type(err).__name__}); start the server "
-            "(sparkops local up) or fix --endpoint"
-        ) from None
-
-
-async def _check_request(
-    session: aiohttp.ClientSession,
-    base: str,
-    model: str | None,
-    headers: dict[str, str],
-    timeout: float,
-) -> Answer | Failure | None:
-    """The check request's outcome; None when it could not be sent or took too long."""
-    try:
-        async with asyncio.timeout(timeout):
-            async with session.post(
-                base + CHECK_PATH, json=check_body(model), headers=headers
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        return None
-    body = _json_or_none(raw.decode("utf-8", "replace")) if raw else None
-    if status == 200:
-        return classify_200(CHECK_PATH, body, None, want_text=False)
-    return http_failure(status, body, raw, None, None)
 
 
 def _json_or_none(text: str) -> Any:
