@@ -83,9 +83,6 @@ def run(args: argparse.Namespace) -> int:
     settings = job_settings(args, "sweep")
     # the settings every level runs with, checked once before any level (one line, exit 2)
     job_config(input=args.input, out=args.out, pipeline=args.pipeline, **settings)
-    settings = job_settings(args, "sweep")
-    # the settings every level runs with, checked once before any level (one line, exit 2)
-    job_config(input=args.input, out=args.out, pipeline=args.pipeline, **settings)
     result = run_sweep(
         SweepConfig(
             pipeline=args.pipeline,
