@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shlex
 import signal
 import stat
 import subprocess
@@ -28,7 +27,7 @@ from sparkops.batch import job as job_mod
 from sparkops.batch.job import JobConfig, run_job
 from sparkops.errors import UserError
 from tests.plugins import cli
-from tests.plugins.cli import assert_quiet, batch_run, start
+from tests.plugins.cli import batch_run, start
 from tests.plugins.fault_server import (
     FaultServer,
     hang,
@@ -39,6 +38,7 @@ from tests.plugins.fault_server import (
     status,
     write_records,
 )
+from tests.plugins.mounts import in_mount_namespace, outcome, step
 
 pytestmark = pytest.mark.integration
 
@@ -141,36 +141,26 @@ def test_full_disk_stops_with_one_line_and_the_job_resumes_once_there_is_room(
     fault_server.content = "no " + "x" * 400  # ~0.5 KiB per results line: 64 KiB fills
     disk, copy = tmp_path / "disk", tmp_path / "copy"
     disk.mkdir()
-    run_cmd = shlex.join(batch_run(job, fault_server.openai_url, out=disk / "job"))
+    run_cmd = batch_run(job, fault_server.openai_url, out=disk / "job")
     script = (
         f"mount -t tmpfs -o size=64k tmpfs {disk} || exit 99\n"
-        f"{run_cmd} >{tmp_path}/out1 2>{tmp_path}/err1; echo $? >{tmp_path}/rc1\n"
-        f"cp -a {disk}/job {tmp_path}/full\n"
-        f"mount -o remount,size=8m {disk}\n"
-        f"{run_cmd} >{tmp_path}/out2 2>{tmp_path}/err2; echo $? >{tmp_path}/rc2\n"
-        f"cp -a {disk}/job {copy}\n"
+        + step(tmp_path, "first", run_cmd)
+        + f"cp -a {disk}/job {tmp_path}/full\n"
+        + f"mount -o remount,size=8m {disk}\n"
+        + step(tmp_path, "second", run_cmd)
+        + f"cp -a {disk}/job {copy}\n"
     )
     t0 = time.monotonic()
-    done = subprocess.run(
-        ["unshare", "--map-root-user", "--mount", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    in_mount_namespace(script, timeout=120)
     assert time.monotonic() - t0 < 90
-    first = subprocess.CompletedProcess([], int((tmp_path / "rc1").read_text()))
-    first.stdout, first.stderr = (tmp_path / "out1").read_text(), (tmp_path / "err1").read_text()
-    assert_quiet(first.stdout, first.stderr)
+    first = outcome(tmp_path, "first")
     assert first.returncode == 1, first.stderr
     line = one_error_line(first)
     assert "No space left on device" in line and "run the same command again" in line
     stopped = results(tmp_path / "full")
     assert 10 < sum(stopped.values()) < 300 and max(stopped.values()) == 1
     (tmp_path / "full" / "results.jsonl").read_bytes().decode("utf-8")  # whole lines only
-    second = subprocess.CompletedProcess([], int((tmp_path / "rc2").read_text()))
-    second.stdout, second.stderr = (tmp_path / "out2").read_text(), (tmp_path / "err2").read_text()
-    assert_quiet(second.stdout, second.stderr)
+    second = outcome(tmp_path, "second")
     assert second.returncode == 0, second.stderr
     assert results(copy) == Counter(ids)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import time
 from collections import Counter
@@ -20,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.plugins import cli
-from tests.plugins.cli import SPARKOPS, assert_quiet, batch_run, finish, start
+from tests.plugins.cli import SPARKOPS, batch_run, finish, start
 from tests.plugins.fault_server import FaultServer, openai_lines, slow, status, write_records
+from tests.plugins.mounts import in_mount_namespace, outcome, step
 
 pytestmark = pytest.mark.integration
 
@@ -290,56 +290,32 @@ def test_out_a_dangling_symlink_is_one_line(job, fault_server, tmp_path):
     refused(run(job, fault_server), fault_server, "symbolic link", "does not exist")
 
 
-def _in_namespace(tmp_path: Path, script: str) -> None:
-    done = subprocess.run(
-        ["unshare", "--map-root-user", "--mount", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr
-
-
-def _captured(tmp_path: Path, name: str) -> subprocess.CompletedProcess:
-    proc = subprocess.CompletedProcess([], int((tmp_path / f"{name}.rc").read_text()))
-    proc.stdout = (tmp_path / f"{name}.out").read_text()
-    proc.stderr = (tmp_path / f"{name}.err").read_text()
-    assert_quiet(proc.stdout, proc.stderr)
-    return proc
-
-
 def test_read_only_job_folder_and_full_disk_report_are_one_line(job, fault_server, tmp_path):
     write_records(job["input"], 4)
     assert run(job, fault_server).returncode == 0
     disk = tmp_path / "disk"
     disk.mkdir()
-
-    def capture(name: str, *args: str) -> str:
-        cmd = shlex.join([*SPARKOPS, *args]) if args[0] != "RUN" else shlex.join(list(args[1:]))
-        out = tmp_path / name
-        return f"{cmd} >{out}.out 2>{out}.err; echo $? >{out}.rc\n"
-
     rerun = batch_run(job, fault_server.openai_url, out=disk / "job")
     script = (
         f"mount -t tmpfs -o size=8m tmpfs {disk} || exit 99\n"
         f"cp -a {job['out']} {disk}/job\n"
         f"mount -o remount,ro {disk}\n"
-        + capture("ro_run", "RUN", *rerun)
-        + capture("ro_report", "report", "--json", str(disk / "job"))
-        + capture("ro_status", "batch", "status", str(disk / "job"))
+        + step(tmp_path, "ro_run", rerun)
+        + step(tmp_path, "ro_report", [*SPARKOPS, "report", "--json", str(disk / "job")])
+        + step(tmp_path, "ro_status", [*SPARKOPS, "batch", "status", str(disk / "job")])
         + f"mount -o remount,rw,size=%d {disk}\n"
         + f"dd if=/dev/zero of={disk}/fill bs=4k 2>/dev/null; rm -f {disk}/job/report.*\n"
-        + capture("full_report", "report", str(disk / "job"))
+        + step(tmp_path, "full_report", [*SPARKOPS, "report", str(disk / "job")])
     )
     used = sum(p.stat().st_size for p in job["out"].iterdir() if p.is_file())
-    _in_namespace(tmp_path, script % (used + 64 * 1024))
-    ro_run = _captured(tmp_path, "ro_run")
+    in_mount_namespace(script % (used + 64 * 1024))
+    ro_run = outcome(tmp_path, "ro_run")
     assert ro_run.returncode == 2 and "read-only" in error_line(ro_run)
     assert "internal error" not in ro_run.stderr
-    ro_report = _captured(tmp_path, "ro_report")
+    ro_report = outcome(tmp_path, "ro_report")
     assert ro_report.returncode == 2 and "read-only" in error_line(ro_report)
-    assert _captured(tmp_path, "ro_status").returncode == 0  # reading needs no writing
-    full = _captured(tmp_path, "full_report")
+    assert outcome(tmp_path, "ro_status").returncode == 0  # reading needs no writing
+    full = outcome(tmp_path, "full_report")
     assert full.returncode == 2, full.stderr
     assert "No space left on device" in error_line(full) and "free space" in full.stderr
     assert os.path.exists(job["out"] / "results.jsonl")
