@@ -127,7 +127,8 @@ def test_report_files_from_a_job_directory(tmp_path):
     report = write_report(job)
     assert report["records"] == 41 and report["done"] == 40 and report["errors"] == 1
     assert report["calls_per_record"] == 1.0
-    assert report["records_per_min"] == pytest.approx(41 / 40 * 60, rel=0.01)
+    # 40 done in the run's 40 s: the error line (t=1040) ends the span but is not counted
+    assert report["records_per_min"] == pytest.approx(40 / 40 * 60, rel=0.01)
     assert report["records_per_min_steady"] == pytest.approx(60.0, rel=0.05)
     assert report["prefix_cache_hit_rate"] == 0.75
     assert report["prefix_cache_hit_rate_ceiling"] == 0.8
@@ -222,6 +223,18 @@ def test_a_run_longer_than_its_concurrency_has_a_steady_rate_and_a_short_resume_
     assert report["records_per_min_steady"] == pytest.approx(60.0, rel=0.02)
     assert report["records_per_min_steady_reason"] is None
     assert "Steady records/min: not measured" not in (job / "report.md").read_text()
+
+
+def test_records_per_min_counts_records_done_not_errors(tmp_path):
+    # 120 records over 120 s, the first 60 errors (a 401 burst), then 60 done: 30/min, not 60
+    job = make_job(tmp_path, [(1000.0, 4, [1000.0 + i for i in range(1, 121)])], error_lines=60)
+    report = write_report(job)
+    assert report["done"] == 60 and report["errors"] == 60 and report["finished"] == 120
+    assert report["records_per_min"] == pytest.approx(60 / 120 * 60, rel=0.01)
+    # the steady window is the middle of the done records' completions: 1 done per second
+    assert report["records_per_min_steady"] == pytest.approx(60.0, rel=0.05)
+    md = (job / "report.md").read_text()
+    assert "| Errors | 60 |" in md and "| Records/min (whole run) | 30.0 |" in md
 
 
 def test_a_job_with_nothing_done_reports_no_records_per_min(tmp_path):

@@ -101,6 +101,7 @@ def load_dir(directory: Path) -> dict[str, Any]:
         "cached": t.cached,
         "completion": t.completion,
         "finish": dict(t.finish),
+        "done_finish": dict(t.done_finish),
         "runs": dict(runs),
         "concurrency": concurrency,
         "samples": samples,
@@ -137,6 +138,7 @@ class _Telemetry:
     cached: int = 0
     completion: int = 0
     finish: dict[Any, list[float]] = field(default_factory=lambda: defaultdict(list))
+    done_finish: dict[Any, list[float]] = field(default_factory=lambda: defaultdict(list))
     latencies: list[float] = field(default_factory=list)
 
     def add(self, obj: dict[str, Any], ok: bool) -> None:
@@ -149,6 +151,8 @@ class _Telemetry:
                 self.latencies.append(t - t0)
         if t is not None:
             self.finish[obj.get("run")].append(t)
+            if ok:
+                self.done_finish[obj.get("run")].append(t)
         for s in steps:
             p = s.get("prompt_tokens") or 0
             self.prompt += p
@@ -169,8 +173,11 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
     for run, ts in finish.items():
         start = data["runs"].get(run, {}).get("start", min(ts))
         span += max(ts) - start
-    finished = sum(len(ts) for ts in finish.values())
-    windows, steady_reason = steady_windows(finish, data.get("concurrency", {}))
+    # records/min counts records done, not errors (issue 21): the span is the whole run's,
+    # errors included, but only done records count in it and in the steady windows
+    done_finish = data.get("done_finish", finish)
+    done_in_span = sum(len(ts) for ts in done_finish.values())
+    windows, steady_reason = steady_windows(done_finish, data.get("concurrency", {}))
     steady = combined_per_min(windows)
     if data["done"] == 0:
         steady = None
@@ -195,7 +202,7 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         "errors": data["errors"],
         "calls": data["calls"],
         "calls_per_record": round(data["done_calls"] / data["done"], 3) if data["done"] else None,
-        "records_per_min": _r(finished / span * 60 if span > 0 and data["done"] else None),
+        "records_per_min": _r(done_in_span / span * 60 if span > 0 and done_in_span else None),
         "records_per_min_steady": _r(steady),
         "records_per_min_steady_reason": steady_reason if steady is None else None,
         **{name: _r(value) for name, value in rates.as_dict().items()},
