@@ -51,9 +51,7 @@ def test_bundled_sample_pipeline_is_valid():
     pipeline, notes = sample_paths()
     spec = load_pipeline(pipeline)
     assert [s.name for s in spec.steps] == ["screen", "detail", "confirm"]
-    # Every record passes the screen, so its instructions are the longest shared prefix (short
-    # enough for SmolLM2-135M to follow: a long worked-example block made it answer "No" to all).
-    assert len(spec.step("screen").system) > len(spec.step("detail").system)
+    assert len(spec.step("screen").system) > 3 * len(spec.step("detail").system)
     assert sum(1 for _ in notes.open()) == 300
 
 

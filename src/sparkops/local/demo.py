@@ -53,7 +53,7 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
 
     out = paths.cache_dir() if cache is None else cache
     out = out / "demo" / time.strftime("job-%Y%m%dT%H%M%S")
-    pipeline, notes = sample_pipeline(server.model, out.parent / "pipelines"), NOTES
+    pipeline, notes = sample_pipeline(server.model), NOTES
     console.print(f"Running the sample pipeline {pipeline.name} over {notes.name} -> {out}")
     run_job(
         JobConfig(

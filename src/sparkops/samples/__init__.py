@@ -1,6 +1,6 @@
-"""Bundled sample job: the stroke-triage pipeline, its prompts, 300 synthetic triage notes
-(made up; no real patient data) and their gold labels. `sample_paths()` finds them inside the
-installed package.
+"""Bundled sample job: the stroke-triage pipeline (and its variant for a small real model),
+its prompts, 300 synthetic triage notes (made up; no real patient data) and their gold labels.
+`sample_paths()` finds them inside the installed package.
 
 The gold labels (triage_gold.csv: id, label, kind) are the generator's truth for each note:
 `kind` is the presenting complaint's class (stroke: a focal deficit such as facial droop, arm
@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 HERE = Path(__file__).resolve().parent
 PIPELINE = HERE / "stroke-triage.yaml"
+SMALL_PIPELINE = HERE / "stroke-triage-small.yaml"
 NOTES = HERE / "triage_notes.jsonl"
 GOLD = HERE / "triage_gold.csv"
 
@@ -28,19 +27,8 @@ def sample_paths() -> tuple[Path, Path]:
     return PIPELINE, NOTES
 
 
-def sample_pipeline(model: str, folder: Path) -> Path:
-    """The sample pipeline for served model `model`: the bundled file when it already names
-    that model, else a copy in `folder` that differs only in `model:` (prompt files by their
-    absolute path, so the copy reads the very same prompts)."""
-    raw = yaml.safe_load(PIPELINE.read_text(encoding="utf-8"))
-    if raw["model"] == model:
-        return PIPELINE
-    raw["model"] = model
-    for step in raw["steps"]:
-        prompt = HERE / step["system"]
-        if prompt.is_file():
-            step["system"] = str(prompt)
-    folder.mkdir(parents=True, exist_ok=True)
-    copy = folder / PIPELINE.name
-    copy.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    return copy
+def sample_pipeline(model: str) -> Path:
+    """The sample pipeline for local model `model`: stroke-triage.yaml (long shared
+    instructions, the prefix-cache showcase) for the tiny random model, stroke-triage-small.yaml
+    (short instructions a 135M model can follow) for the real one."""
+    return SMALL_PIPELINE if model == "smollm2" else PIPELINE
