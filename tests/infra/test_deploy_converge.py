@@ -271,14 +271,18 @@ def test_a_vllm_that_dies_at_start_stops_the_deploy_at_once_with_a_clean_log_tai
     inventory, _, _ = local_stack("dies", vllm_serving_model_dir=str(broken))
     run, _ = run_deploy(inventory)
     assert run.rc != 0
-    assert re.search(
-        r"the container \S+ (is restarting|exited \(code \d+\)) before /health", run.text
-    )
+    stopped = r"the container \S+ (is restarting|exited \(code \d+\)) (\d+) s into the wait"
+    found = re.search(stopped, run.text)
+    assert found, run.stdout[-4000:]
     assert "Log tail of" in run.text and "no-such-architecture" in run.text
     assert "\x1b" not in run.output and "\\u001b" not in run.output
     assert "Traceback" not in run.stderr
-    assert run.seconds < 600, run.seconds  # far below vllm_serving_ready_timeout (900 s)
-    print(f"\ndeploy of a vLLM that dies at start stopped after {run.seconds:.0f} s")
+    # It stopped on the container's state, not on vllm_serving_ready_timeout (900 s).
+    assert int(found.group(2)) < 900
+    print(
+        f"\ndeploy of a vLLM that dies at start: stopped {found.group(2)} s into the wait "
+        f"(whole playbook {run.seconds:.0f} s)"
+    )
 
 
 @pytest.mark.timeout(1500)

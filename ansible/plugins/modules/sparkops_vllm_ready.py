@@ -212,7 +212,10 @@ def wait_for_health(params: dict, result: dict) -> str:
         if stopped or restarting:
             code = state.get("ExitCode")
             how = "is restarting" if restarting else f"exited (code {code})"
-            return f"the container {name} {how} before /health answered"
+            return (
+                f"the container {name} {how} {result['waited']:.0f} s into the wait, "
+                "before /health answered"
+            )
         not_starting = params["wait_only_if_starting"] and state.get("Status") != "running"
         if not_starting or result["waited"] >= params["wait"]:
             answer = f"GET /health -> {status}" if status != -1 else "nothing answered /health"
