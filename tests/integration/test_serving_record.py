@@ -95,7 +95,10 @@ def test_a_model_switch_mid_job_is_said_recorded_marked_and_reported(job, slow_s
 
     record = lines(job["out"] / "serving.jsonl")
     assert stat.S_IMODE(os.stat(job["out"] / "serving.jsonl").st_mode) == 0o600
-    start, change = record
+    # the answers name the new model too: said once, as answers from another model
+    (other,) = [r for r in record if r["event"] == "other-model"]
+    assert other["model"] == "tiny-2" and other["expected"] == "tiny"
+    start, change = [r for r in record if r["event"] != "other-model"]
     assert start["event"] == "start" and start["serving"] == 0
     ident = start["endpoints"][slow_server.url]
     assert ident["version"] == "0.0.0+fault" and ident["model"] == "tiny"
