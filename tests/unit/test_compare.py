@@ -10,7 +10,7 @@ import pytest
 
 from sparkops.compare import cli
 from sparkops.compare.runs import load_gold, load_run
-from sparkops.compare.stats import cohen_kappa, compare_decisions, mcnemar
+from sparkops.compare.stats import against_gold, cohen_kappa, compare_decisions, mcnemar
 from sparkops.errors import UserError
 
 GOLD = {str(i): "yes" if i <= 5 else "no" for i in range(1, 11)}
@@ -180,3 +180,11 @@ def test_cli_shows_kappa_undefined_when_both_runs_give_one_class(tmp_path):
     assert "undefined" in table.stdout and "1.000" not in table.stdout
     as_json = json.loads(run_cli("compare", str(a), str(b), "--json").stdout)
     assert as_json["kappa"] is None and as_json["agreement"] == 1.0
+
+
+def test_against_gold_scores_one_run_over_the_records_that_have_both() -> None:
+    decisions = {"a": "Yes", "b": "no", "c": "unclear", "d": "yes", "extra": "yes"}
+    gold = {"a": "yes", "b": "yes", "c": "no", "d": "no", "unjudged": "yes"}
+    conf = against_gold(decisions, gold)
+    assert (conf.n, conf.tp, conf.fn, conf.tn, conf.fp) == (4, 1, 1, 1, 1)
+    assert conf.sensitivity == conf.specificity == 0.5
