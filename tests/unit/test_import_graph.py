@@ -107,9 +107,9 @@ def test_sparkops_packages_import_each_other_without_a_loop() -> None:
     graph = package_graph()
     loops = cycles(graph)
     detail = [
-        " <-> ".join(loop) + ": " + "; ".join(
-            f"{a} imports {b}" for a in loop for b in sorted(graph[a]) if b in loop
-        )
+        " <-> ".join(loop)
+        + ": "
+        + "; ".join(f"{a} imports {b}" for a in loop for b in sorted(graph[a]) if b in loop)
         for loop in loops
     ]
     assert not loops, detail

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.outcome import TIMED_OUT, http_failure, record_failure, transport_failure
-from sparkops.batch.stop_rules import FailFast, NoAnswer, SuspendDetector, all_stalled
+from sparkops.batch.stop_rules import FailFast, NoAnswer, SuspendDetector
 
 
 def test_fail_fast_stops_on_one_shared_cause_and_journals_nothing():
