@@ -206,16 +206,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     refuse_bad_input(scan, cfg.input, kind, cfg.id_field)
     if spec is not None:
         _check_first_record(spec, cfg, kind, scan)
-    manifest = Manifest(
-        pipeline_fingerprint=spec.fingerprint() if spec else "openai-batch",
-        input_fingerprint=scan.fingerprint,
-        input=cfg.input.name,
-        kind=kind,
-        id_field=cfg.id_field,
-        total=scan.total,
-        input_size=scan.stamp.size,
-        input_mtime_ns=scan.stamp.mtime_ns,
-    )
+    manifest = _manifest(spec, cfg, kind, scan)
     pool = EndpointPool.from_urls(cfg.endpoints, cfg.stall_after, cfg.sample_interval)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with (
@@ -314,7 +305,28 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             if engine.stop_reason is not None:
                 end.extra["stopped"] = engine.stop_reason.kind
             append_json(cfg.out / RUNS, end.to_json())
-    stop = engine.stop_reason
+    _raise_for_stop(engine.stop_reason, journal)
+    return _summary(cfg, scan.total, engine.stats, time.monotonic() - t0, resumed, journal)
+
+
+def _manifest(
+    spec: PipelineSpec | None, cfg: JobConfig, kind: InputKind, scan: InputScan
+) -> Manifest:
+    """What fixes the job folder to this job: the pipeline, the input as scanned, its id field."""
+    return Manifest(
+        pipeline_fingerprint=spec.fingerprint() if spec else "openai-batch",
+        input_fingerprint=scan.fingerprint,
+        input=cfg.input.name,
+        kind=kind,
+        id_field=cfg.id_field,
+        total=scan.total,
+        input_size=scan.stamp.size,
+        input_mtime_ns=scan.stamp.mtime_ns,
+    )
+
+
+def _raise_for_stop(stop: Stop | None, journal: Journal) -> None:
+    """A job that stopped before its input was done ends as an exception (exit 1, resumable)."""
     if stop is not None and stop.kind == "signal":
         assert stop.signum is not None
         raise Interrupted(
@@ -324,18 +336,22 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         )
     if stop is not None:
         raise JobStopped(f"stopped: {stop.message}")
-    elapsed = time.monotonic() - t0
-    st = engine.stats
+
+
+def _summary(
+    cfg: JobConfig, total: int, st: Stats, elapsed: float, resumed: bool, journal: Journal
+) -> JobSummary:
+    """The finished run in figures; records/min counts records done, not errors."""
     return JobSummary(
         out=cfg.out,
-        total=scan.total,
+        total=total,
         done=st.done,
         errors=st.errors,
         skipped=st.skipped,
         calls=st.calls,
         retries=st.retries,
         elapsed_s=elapsed,
-        records_per_min=st.done / elapsed * 60 if elapsed > 0 and st.done else None,  # not errors
+        records_per_min=st.done / elapsed * 60 if elapsed > 0 and st.done else None,
         hit_rate=st.hit_rate,
         resumed=resumed,
         job_done=journal.done_ok,
