@@ -30,14 +30,17 @@ def test_the_union_of_every_library_switch():
     assert TELEMETRY_OFF.items() <= online.items()  # telemetry stays off when weights download
 
 
-@pytest.mark.parametrize("model_dir", ["", "/models/tiny"])
-def test_rendered_vllm_and_router_get_the_whole_set(tmp_path, model_dir):
+@pytest.mark.parametrize(
+    ("model_dir", "download"), [("", False), ("", True), ("/models/tiny", False)]
+)
+def test_rendered_vllm_and_router_get_the_whole_set(tmp_path, model_dir, download):
     extra = {"vllm_serving_model_dir": model_dir} if model_dir else {}
+    extra["vllm_serving_model_download"] = download
     inv = read_inventory(make_inventory(tmp_path, "data-parallel", **extra))
     stacks = plan_stack(inv, secrets={"LITELLM_MASTER_KEY": "sk-test"})
     for stack in stacks.values():
         assert TELEMETRY_OFF.items() <= stack.vllm["env"].items()
-        assert stack.vllm["env"]["HF_HUB_OFFLINE"] == ("1" if model_dir else "0")
+        assert stack.vllm["env"]["HF_HUB_OFFLINE"] == ("1" if model_dir or download else "0")
     router = stacks["spark-1"].router
     assert router is not None
     assert TELEMETRY_OFF.items() <= router["env"].items()

