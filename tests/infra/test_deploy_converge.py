@@ -401,7 +401,7 @@ def test_the_gb10_base_is_pinned_once_and_kept_from_the_file_beside_the_inventor
         cwd=REPO / "ansible", timeout=600,
     )  # fmt: skip
     assert first.rc == 0, first.stdout[-4000:]
-    lock = inventory / "sparkops-base-image.yml"
+    lock = inventory / ".sparkops-base-image.yml"
     would = "would pull vllm/vllm-openai:v0.32.0 on localhost, build the kit's image FROM the"
     assert f"{would} digest it gets and write it to {lock}" in first.text
     assert not lock.exists() and not stack.exists()

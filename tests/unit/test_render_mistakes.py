@@ -179,7 +179,7 @@ def test_render_says_which_base_image_and_digest_the_deploy_builds_from(tmp_path
     inventory = make_inventory(tmp_path / "inv", "single")
     assert _base_line(inventory, tmp_path) == [
         f"vLLM base image: {base}, no digest pinned yet: the deploy pulls it on the Spark once "
-        f"and pins the digest it gets in {inventory / 'sparkops-base-image.yml'} (or set "
+        f"and pins the digest it gets in {inventory / '.sparkops-base-image.yml'} (or set "
         "vllm_serving_base_digest)"
     ]
     # (a lock file inside the inventory folder is read by Ansible as one more inventory

@@ -3,7 +3,7 @@
 
 The deploy (ansible/roles/vllm_serving/tasks/base_image.yml) builds FROM the base by digest:
 the inventory's vllm_serving_base_digest, else the one an earlier deploy pinned in the lock
-file beside the inventory (vllm_serving_base_lock, default <inventory>/sparkops-base-image.yml),
+file beside the inventory (vllm_serving_base_lock, default <inventory>/.sparkops-base-image.yml),
 else it pulls the base tag on the Spark once and pins what it got. The render reads the same
 sources and says which applies.
 """
@@ -17,7 +17,7 @@ from sparkops.errors import UserError
 from sparkops.inputs import read_yaml
 from sparkops.render.stack import HostStack, required_images
 
-LOCK_FILE = "sparkops-base-image.yml"
+LOCK_FILE = ".sparkops-base-image.yml"
 
 
 def _locked(path: Path) -> dict[str, Any]:
