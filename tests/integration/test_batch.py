@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -183,9 +184,7 @@ def test_changed_pipeline_refuses_to_resume(vllm_server, tmp_path, sample_job):
     out, _, _, notes = sample_job
     other = tmp_path / "p.yaml"
     other.write_text(PIPELINE.read_text().replace("max_tokens: 8", "max_tokens: 9", 1))
-    for prompt in (PIPELINE.parent / "prompts").iterdir():
-        (tmp_path / "prompts").mkdir(exist_ok=True)
-        (tmp_path / "prompts" / prompt.name).write_text(prompt.read_text())
+    shutil.copytree(PIPELINE.parent / "prompts", tmp_path / "prompts")
     args = run_args(vllm_server, out, notes, "--no-progress")
     args[args.index("--pipeline") + 1] = str(other)
     proc = sparkops(*args, check=False)
