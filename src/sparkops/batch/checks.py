@@ -157,7 +157,13 @@ async def check_endpoints(
             first = names[0]
         outcome = await _check_request(session, base, model or (names[0] if names else None),
                                        headers, timeout)  # fmt: skip
-        if isinstance(outcome, Failure) and outcome.code in ENDPOINT_STATUS:
+        # A 404 to the chat check proves a wrong path only for a pipeline job (chat calls); an
+        # OpenAI batch file may hold only other routes (embeddings on a pooling server).
+        if (
+            isinstance(outcome, Failure)
+            and outcome.code in ENDPOINT_STATUS
+            and (model is not None or outcome.code != 404)
+        ):
             fix = (
                 "check --api-key-env (the key it names is refused)"
                 if outcome.code in (401, 403, 407)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 
 import aiohttp
 
@@ -18,6 +19,7 @@ from sparkops.batch.connections import ConnectionRecycler, ConnectPacer
 from sparkops.batch.endpoints import Endpoint, EndpointPool
 from sparkops.batch.outcome import (
     TIMED_OUT,
+    Kind,
     Outcome,
     classify_200,
     http_failure,
@@ -85,4 +87,9 @@ class Transport:
             body = None
         if status == 200:
             return classify_200(path, body, rid, want_text)
-        return http_failure(status, body, raw, rid, retry_after_seconds(retry_after))
+        failure = http_failure(status, body, raw, rid, retry_after_seconds(retry_after))
+        if status == 404 and not want_text:
+            # An OpenAI batch line names its own url: a route the server does not serve (an
+            # embeddings line sent to a chat model) is that line's fault, not the endpoint's.
+            return replace(failure, kind=Kind.RECORD)
+        return failure
