@@ -43,3 +43,13 @@ def test_error_text_and_reply_text_read_openai_shaped_bodies():
     assert ready.reply_text('{"choices": [{"message": {"content": " Yes. "}}]}') == "Yes."
     assert ready.reply_text('{"choices": [{"message": {"content": null}}]}') == ""
     assert ready.reply_text('{"choices": []}') == ""
+
+
+def test_a_host_without_the_docker_command_reads_as_unknown_not_a_crash(tmp_path, monkeypatch):
+    # A host the kit has not provisioned yet has no docker: the readiness wait must report it
+    # (preflight then names the probe that could not run) instead of failing the module.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert ready.restart_count("sparkops-vllm") == 0
+    state = ready.container_state("sparkops-vllm")
+    assert state["Status"] == "unknown" and "docker" in state["Error"]
+    assert ready.log_tail("sparkops-vllm", 5).startswith("(docker logs failed: ")

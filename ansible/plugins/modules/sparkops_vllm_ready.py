@@ -121,14 +121,18 @@ def container_state(name: str) -> dict:
 
 
 def restart_count(name: str) -> int:
-    """How often Docker restarted the container (its policy is unless-stopped)."""
-    done = subprocess.run(
-        ["docker", "inspect", "--type", "container", "--format", "{{.RestartCount}}", name],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    """How often Docker restarted the container (its policy is unless-stopped); 0 when Docker
+    cannot be asked (no docker command on the host: container_state says so)."""
+    try:
+        done = subprocess.run(
+            ["docker", "inspect", "--type", "container", "--format", "{{.RestartCount}}", name],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
     return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else 0
 
 
