@@ -6,22 +6,38 @@ stack's root-only env file (--env-file), so vLLM itself then starts with HF_HUB_
 never spends its health start period downloading.
 
     model-fetch.py check REPO [REVISION]   exit 0: complete in the cache; 3: not (offline)
-    model-fetch.py fetch REPO [REVISION]   download (resumes a cut one), verify, record
+    model-fetch.py fetch REPO [REVISION]   download (resumes a cut one), verify, record;
+                                           4: the hub (or the proxy) does not answer
+    model-fetch.py wait REPO CACHE JOBFILE SECONDS
+                                           on the host: wait up to SECONDS for the deploy's
+                                           async job to end, print one progress line
 
 `fetch` first writes the total size to $HF_HOME/sparkops-models/<repo>.total (the deploy's
 progress lines read it), downloads with snapshot_download (which resumes .incomplete blobs),
 checks that every file of the repo is in the snapshot with the hub's size, and only then writes
-$HF_HOME/sparkops-models/<repo>.json, the record `check` trusts without a network.
+$HF_HOME/sparkops-models/<repo>.json, the record `check` trusts without a network. Before any of
+that it opens one TCP connection to the hub (or to the HTTPS proxy the environment names) within
+CONNECT_TIMEOUT_S: a Spark that cannot reach it fails in seconds with the reason, instead of
+waiting out huggingface_hub's retries.
+
+`wait` runs with the host's own python3 (standard library only): the deploy loops over it, one
+progress line a round, until the download's async job has written its result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import sys
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 INCOMPLETE = 3
+UNREACHABLE = 4
+CONNECT_TIMEOUT_S = 20.0
 
 
 def record_dir() -> Path:
@@ -57,9 +73,29 @@ def check(repo: str) -> int:
     return 0
 
 
-def fetch(repo: str, revision: str | None) -> int:
-    from huggingface_hub import HfApi, snapshot_download
+def unreachable(endpoint: str) -> str:
+    """Why no TCP connection to the hub (or the HTTPS proxy in the environment) opens within
+    CONNECT_TIMEOUT_S; "" when one does. Names the host only, never a proxy's credentials."""
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy") or ""
+    url = urlsplit(proxy or endpoint)
+    host = url.hostname or ""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    what = f"the HTTPS proxy {host}:{port}" if proxy else f"the hub at {host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            return ""
+    except OSError as err:
+        kind = err.__class__.__name__
+        return f"cannot reach {what} within {CONNECT_TIMEOUT_S:.0f} s ({kind}: {err})"
 
+
+def fetch(repo: str, revision: str | None) -> int:
+    from huggingface_hub import HfApi, constants, snapshot_download
+
+    why = unreachable(constants.ENDPOINT)
+    if why:
+        print(f"{repo}: {why}")
+        return UNREACHABLE
     info = HfApi().model_info(repo, revision=revision, files_metadata=True)
     sizes = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
     record_dir().mkdir(parents=True, exist_ok=True)
@@ -75,7 +111,47 @@ def fetch(repo: str, revision: str | None) -> int:
     return 0
 
 
+def bytes_under(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            # a blob may be renamed from .incomplete between the listing and the stat
+            with contextlib.suppress(OSError):
+                total += (Path(root) / name).stat().st_size
+    return total
+
+
+def job_ended(job_file: Path) -> bool:
+    """Whether Ansible's async wrapper has written the job's final result."""
+    try:
+        return bool(json.loads(job_file.read_text()).get("finished", 1))
+    except FileNotFoundError:
+        return False
+    except ValueError:
+        return False  # the wrapper is writing it
+
+
+def wait(repo: str, cache: Path, job_file: Path, seconds: float) -> int:
+    """One round of the deploy's progress: wait up to `seconds` for the job, then one line."""
+    deadline = time.monotonic() + seconds
+    ended = job_ended(job_file)
+    while not ended and time.monotonic() < deadline:
+        time.sleep(1.0)
+        ended = job_ended(job_file)
+    slug = repo.replace("/", "--")
+    done = bytes_under(cache / "hub" / f"models--{slug}")
+    try:
+        total = int((cache / "sparkops-models" / f"{slug}.total").read_text())
+    except (OSError, ValueError):
+        total = 0
+    of = f" of {total / 1e9:.2f} GB ({100 * done // total}%)" if total > 0 else ""
+    print(f"{repo}: {done / 1e9:.2f} GB{of}{', the download ended' if ended else ''}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 5 and argv[0] == "wait":
+        return wait(argv[1], Path(argv[2]), Path(argv[3]), float(argv[4]))
     if len(argv) not in (2, 3) or argv[0] not in ("check", "fetch"):
         print(__doc__, file=sys.stderr)
         return 2
