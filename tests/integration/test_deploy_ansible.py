@@ -1,5 +1,7 @@
 """Ansible and `sparkops render` write the same files: the deploy role's `sparkops_render`
-filter runs under real ansible-playbook and its output is compared with the CLI's."""
+filter runs under real ansible-playbook and its output is compared with the CLI's. And
+`deploy.yml --check` on this machine's inventory warns about a variable whose role prefix is
+misspelt (Ansible would ignore it without a word), naming the variable meant."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkops.local.model import ensure_tiny_model
 from sparkops.render import render_inventory
 from sparkops.render.templates import CLI_HEADER
 from tests.plugins.inventories import make_inventory
 from tests.plugins.playbook import run_playbook
+from tests.plugins.vllm_server import mounted_venv_vars
 
 pytestmark = pytest.mark.integration
 
@@ -85,3 +89,59 @@ def test_ansible_filter_writes_what_sparkops_render_writes(tmp_path, topology):
             assert (ansible_out / host / file.path).stat().st_mode & 0o777 == file.mode
             compared += 1
     assert compared >= 3
+
+
+def _misspelt(wrong: str, role: str, meant: str) -> str:
+    return (
+        f"WARNING: {wrong} looks like a variable of the role {role} with its prefix misspelt"
+        f" (did you mean {meant}?); Ansible ignores it, so the role keeps its default."
+    )
+
+
+@pytest.mark.timeout(600)
+def test_deploy_check_warns_about_a_misspelt_role_prefix_once_before_any_host_task(
+    tmp_path, vllm_cpu_runtime_image
+):
+    """`vlm_serving_port` in group_vars and `host_tunning_job_users` given with -e belong to no
+    role: the inventory check lets them through, so it names the variables meant, and the check
+    run goes on to the end (a warning, not a refusal) and writes nothing."""
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {
+        "all": {
+            "vars": {"sparkops_topology": "local"},
+            "children": {"sparks": {"hosts": {"localhost": host}}},
+        }
+    }
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    serving = yaml.safe_load(
+        (REPO / "inventory" / "local" / "group_vars" / "all" / "serving.yml").read_text()
+    )
+    serving.update(
+        vllm_serving_image=vllm_cpu_runtime_image,
+        vllm_serving_model_dir=str(ensure_tiny_model()),
+        vllm_serving_stack_dir=str(tmp_path / "stack"),
+        vllm_serving_stack_record=str(tmp_path / "etc" / "stack-record.json"),
+        vllm_serving_hf_cache=str(tmp_path / "hf-cache"),
+        **mounted_venv_vars(),
+        vlm_serving_port=8001,
+    )
+    (inventory / "group_vars" / "all" / "serving.yml").write_text(yaml.safe_dump(serving))
+    run = run_playbook(
+        "deploy.yml", inventory, "-e", "ansible_become=false",
+        "-e", '{"host_tunning_job_users": ["researcher"]}',
+        check=True, inherit_env=False, cwd=REPO / "ansible", timeout=600,
+    )  # fmt: skip
+    assert run.rc == 0, run.stdout[-4000:]
+    warnings = [
+        _misspelt("host_tunning_job_users", "host_tuning", "host_tuning_job_users"),
+        _misspelt("vlm_serving_port", "vllm_serving", "vllm_serving_port"),
+    ]
+    for warning in warnings:
+        assert run.text.count(warning) == 1, run.stdout[-4000:]
+    assert run.text.count("WARNING: ") == len(warnings)
+    first_host_play = run.text.index("PLAY [Check the QSFP link of a pipeline-parallel pair]")
+    assert max(run.text.index(w) for w in warnings) < first_host_play
+    assert "Traceback" not in run.output
+    assert not (tmp_path / "stack").exists()

@@ -1,12 +1,14 @@
-"""Ansible filter of host_tuning: variable names one slip away from a role's prefix.
+"""Ansible filter `sparkops_misspelt_prefixes`: variable names one slip away from a role's prefix.
 
-    {{ hostvars[inventory_hostname] | list | host_tuning_misspelt_prefixes }}
+    {{ names | sparkops_misspelt_prefixes(roles_dir) }}
 
 returns one warning per name whose leading words are close to, but not, a role's prefix
-(`host_tunning_job_users` for host_tuning), naming the variable it was probably meant to be.
-The inventory check refuses an unknown name under a role's own prefix; a name with a misspelt
-prefix belongs to no role, so Ansible ignores it and the role runs with its default. The
-roles are the directories beside this role that have meta/argument_specs.yml.
+(`host_tunning_job_users` for host_tuning, `vlm_serving_port` for vllm_serving), naming the
+variable it was probably meant to be. The inventory check (validate_inventory.yml, which every
+entry playbook imports) refuses an unknown name under a role's own prefix; a name with a
+misspelt prefix belongs to no role, so Ansible ignores it and the role runs with its default:
+the same check warns with these sentences. The roles are the directories of `roles_dir`
+(default: ansible/roles) that have meta/argument_specs.yml.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import yaml
 
-ROLES = Path(__file__).resolve().parents[2]
+ROLES = Path(__file__).resolve().parents[2] / "roles"
 # How alike a name's leading words and a prefix must be (difflib ratio): one letter doubled,
 # dropped or swapped in "host_tuning" scores about 0.95; "sparkops_topology" against
 # "sparkops_cli" 0.69.
@@ -39,7 +41,7 @@ def role_options(roles_dir: str) -> dict[str, frozenset[str]]:
     return options
 
 
-def host_tuning_misspelt_prefixes(names: Iterable[Any], roles_dir: str | None = None) -> list[str]:
+def sparkops_misspelt_prefixes(names: Iterable[Any], roles_dir: str | None = None) -> list[str]:
     """Warnings for names close to a role prefix (see the module docstring), in name order."""
     roles = role_options(str(roles_dir or ROLES))
     warnings = []
@@ -84,4 +86,4 @@ class FilterModule:
     """Registers the filter."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"host_tuning_misspelt_prefixes": host_tuning_misspelt_prefixes}
+        return {"sparkops_misspelt_prefixes": sparkops_misspelt_prefixes}
