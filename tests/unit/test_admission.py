@@ -20,6 +20,7 @@ from sparkops.batch.engine import Engine, EngineConfig
 from sparkops.batch.jobdir import RESULTS
 from sparkops.batch.journal import Journal
 from sparkops.batch.records import Record
+from sparkops.batch.workload import Pipeline
 from sparkops.pipeline.spec import parse_pipeline
 from tests.plugins.responder import serve
 
@@ -129,7 +130,10 @@ async def run(tmp_path, spec, n, concurrency, **cfg):
         journal.open()
         pool = EndpointPool.from_urls([url], stall_after=0)
         engine = Engine(
-            EngineConfig(concurrency=concurrency, retry_for=30, **cfg), pool, journal, spec
+            EngineConfig(concurrency=concurrency, retry_for=30, **cfg),
+            pool,
+            journal,
+            Pipeline(spec),
         )
         records = (Record(f"r{i}", i + 1, {"text": f"n{i}"}) for i in range(n))
         t0 = time.monotonic()

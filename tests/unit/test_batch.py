@@ -20,6 +20,7 @@ from sparkops.batch.jobdir import RESULTS
 from sparkops.batch.journal import Journal
 from sparkops.batch.records import InputProblem, Record, detect_kind, read_records, scan_input
 from sparkops.batch.retry import backoff_delay, is_retryable
+from sparkops.batch.workload import Pipeline
 from sparkops.errors import UserError
 from sparkops.pipeline.spec import parse_pipeline
 from tests.plugins.fault_server import drop, free_port, status
@@ -132,7 +133,9 @@ async def run_engine(tmp_path, urls, records, concurrency=4):
     journal = Journal(tmp_path, "id", fsync_interval=0)
     journal.open()
     pool = EndpointPool.from_urls(urls)
-    engine = Engine(EngineConfig(concurrency=concurrency, retry_for=30), pool, journal, SPEC)
+    engine = Engine(
+        EngineConfig(concurrency=concurrency, retry_for=30), pool, journal, Pipeline(SPEC)
+    )
     stats = await engine.run(iter(records))
     journal.close()
     return stats, {r["id"]: r for r in iter_json_lines(tmp_path / RESULTS)}, pool

@@ -29,7 +29,7 @@ async def send(engine: Engine, path: str, payload: bytes, record_id: str) -> Out
     """The outcome the record's step gets (see the module docstring)."""
     transport = engine._transport
     assert transport is not None
-    want_text = engine.pipeline is not None
+    want_text = engine.workload.want_text
     pool, no_answer, stats = engine.pool, engine.no_answer, engine.stats
     deadline = pool.now() + engine.cfg.retry_for
     attempt = stalled_alone = 0

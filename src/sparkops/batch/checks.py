@@ -74,14 +74,15 @@ class Checks:
     """The engine's check requests and its watch on which model answered."""
 
     def __init__(self, engine: Engine, model: str | None, expected: str | None) -> None:
-        """model: the one the check request names; expected: the pipeline's (None for an
-        OpenAI batch file, whose lines name their own)."""
+        """model: the one the check request names; expected: the workload's (None for an
+        OpenAI batch file, whose lines name their own: no answer is then another model's)."""
         self.engine = engine
         self.model = expected
         self.payload = json.dumps(check_body(model)).encode()
         self.other_models: set[str] = set()
-        # called once per other model (the job writes a serving line and warns)
-        self.on_other_model: Callable[[str], None] | None = None
+        # called once per other model with the expected one (the job writes a serving line
+        # and warns)
+        self.on_other_model: Callable[[str, str], None] | None = None
 
     async def answers(self, ep: Endpoint, within: float = CHECK_TIMEOUT_S) -> bool:
         """Whether `ep` answers the check request within `within` seconds; a failure marks
@@ -125,7 +126,7 @@ class Checks:
             return
         self.other_models.add(model)
         if self.on_other_model is not None:
-            self.on_other_model(model)
+            self.on_other_model(model, expected)
         if self.engine.cfg.strict_model:
             self.engine.stop(Stop("model-changed", other_model_message(model, expected, True)))
 

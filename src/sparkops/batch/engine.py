@@ -1,11 +1,13 @@
 """The asyncio engine: bounded in-flight calls over a pooled HTTP client, with retries.
 
-Each record carries its pipeline state (current step, answers so far). A dispatcher keeps
+Each record carries its state (current step, answers so far). A dispatcher keeps
 at most `concurrency` calls in flight and at most `concurrency + lookahead` records active,
 pulling new records from the streamed input only when there is room, so memory stays flat
 however large the input. Completions come back through a queue (O(1) per call, no
 `asyncio.wait` over 1,000 tasks). Ready calls wait in one FIFO per step; which step goes
-next is the policy's choice (batch/policy.py).
+next is the policy's choice (batch/policy.py). What a record sends and what an answer does
+to it is the workload's (batch/workload.py: a pipeline, or an OpenAI batch file); the engine
+asks it and never which kind it runs.
 
 What one attempt came to is typed (batch/outcome.py, sent by batch/transport.py, retried by
 batch/calls.py); when the job stops is the stop rules' decision (batch/stop_rules.py); how a
@@ -36,10 +38,7 @@ from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
 from sparkops.batch.records import InputProblem, Record
 from sparkops.batch.stop_rules import FailFast, NoAnswer, Stop, SuspendDetector, all_stalled
 from sparkops.batch.transport import Transport
-from sparkops.pipeline.parse import parse_answer
-from sparkops.pipeline.prompt import RecordError, build_request
-from sparkops.pipeline.route import next_step
-from sparkops.pipeline.spec import PipelineSpec
+from sparkops.batch.workload import Finish, RecordError, Workload
 
 __all__ = ["Engine", "EngineConfig", "RecordState", "Stats", "Stop"]
 
@@ -57,34 +56,32 @@ class EngineConfig(EngineSettings):
 
 
 class Engine:
-    """Runs records through a pipeline (or OpenAI batch lines) and journals each finished one."""
+    """Runs a workload's records and journals each finished one."""
 
     def __init__(
         self,
         cfg: EngineConfig,
         pool: EndpointPool,
         journal: Journal,
-        pipeline: PipelineSpec | None,
+        workload: Workload,
         policy: Policy = fifo,
         default_model: str | None = None,
     ) -> None:
+        """default_model: the first model the endpoints serve (the pre-flight's), for a
+        request that names none and for the check request of a workload without a model."""
         self.cfg = cfg
         self.pool = pool
         self.journal = journal
-        self.pipeline = pipeline
+        self.workload = workload
         self.policy = policy
         self.default_model = default_model
         self.stats = Stats()
         self._seq = 0
         self.stop_reason: Stop | None = None
-        self.fates = Fates(journal, self.stats, cfg.run, openai=pipeline is None)
+        self.fates = Fates(journal, self.stats, cfg.run)
         self.fail_fast = FailFast(cfg.fail_fast)
         self.no_answer = NoAnswer(cfg.retry_for, last_ok=pool.now())
-        self.checks = Checks(
-            self,
-            pipeline.model if pipeline else default_model,
-            pipeline.model if pipeline else None,
-        )
+        self.checks = Checks(self, workload.model or default_model, workload.model)
         self._completions: asyncio.Queue | None = None
         self._over = False  # the dispatcher has returned: a late stop() changes nothing
         self._transport: Transport | None = None
@@ -124,9 +121,7 @@ class Engine:
         exhausted = False
         stats = self.stats
         # a steady mix of steps, not cohorts (batch/admission.py)
-        admission = Admission(
-            self.cfg.concurrency, len(self.pipeline.steps) if self.pipeline else 1
-        )
+        admission = Admission(self.cfg.concurrency, self.workload.steps)
         tasks: set[asyncio.Task[tuple[RecordState, Outcome]]] = set()
         watchdog = loop.create_task(self._watchdog())
         try:
@@ -215,7 +210,7 @@ class Engine:
                 return
 
     # ---- records in and out -----------------------------------------------------------
-    def _fail(self, failure: Failure, finish: Any) -> None:
+    def _fail(self, failure: Failure, finish: Finish) -> None:
         """A record's own failure: journal it, or hold it back while fail-fast watches."""
         if (stop := self.fail_fast.fail(failure, finish)) is not None:
             self.stop(stop)
@@ -229,58 +224,27 @@ class Engine:
                 self.stats.skipped += 1
                 return None
             failure = record_failure(item.message)  # no HTTP answer: the line was not sent
-            if self.pipeline is None:
-                state = RecordState(Record(item.id or "", item.line, {}), "request")
-                self._fail(failure, lambda: self.fates.openai(state, failure, custom_id=item.id))
-            else:
-                self._fail(failure, lambda: self.fates.error(item.id, item.line, failure, []))
+            self._fail(failure, self.workload.input_problem(item, failure, self.fates))
             return None
         if item.id in j.done:
             self.stats.skipped += 1
             return None
-        step = self.pipeline.first.name if self.pipeline else "request"
         self._seq += 1
-        return RecordState(item, step, self._seq)
+        return RecordState(item, self.workload.first_step, self._seq)
 
     def _advance(self, state: RecordState, result: Outcome) -> RecordState | None:
-        """Record the answer, route, and either re-queue the record or journal it."""
+        """Hand the outcome to the workload; re-queue the record at its next step, if any."""
         if isinstance(result, Failure):
             if result.is_servers_fault:
                 return None  # the job is stopping: the record stays unfinished, a resume sends it
-            if self.pipeline is None:
-                self._fail(result, lambda: self.fates.openai(state, result))
-            else:
-                rec = state.record
-                self._fail(
-                    result,
-                    lambda: self.fates.error(rec.id, rec.line, result, state.steps, state.started),
-                )
+            self._fail(result, self.workload.failed(state, result, self.fates))
             return None
         if self.fail_fast.watching:
             self.fail_fast.release()
         self.checks.answered_by(result.model)
-        if self.pipeline is None:
-            self.fates.openai(state, result)
-            return None
-        step = self.pipeline.step(state.step)
-        text = result.text or ""
-        label = parse_answer(text, step.parse)
-        details = result.usage.get("prompt_tokens_details") or {}
-        state.steps.append(
-            {
-                "step": step.name,
-                "answer": label,
-                "raw": text,
-                "model": result.model,
-                "prompt_tokens": result.usage.get("prompt_tokens"),
-                "completion_tokens": result.usage.get("completion_tokens"),
-                "cached_tokens": details.get("cached_tokens"),
-            }
-        )
-        nxt = next_step(self.pipeline, step.name, label)
+        nxt = self.workload.answered(state, result, self.fates)
         if nxt is None:
-            self.fates.done(state, label)
-            return None
+            return None  # finished: its fate is written
         state.step = nxt
         self._seq += 1
         state.ready_seq = self._seq
@@ -290,18 +254,8 @@ class Engine:
     async def _call(self, state: RecordState) -> tuple[RecordState, Outcome]:
         """The record's next request, sent with retries (batch/calls.py)."""
         try:
-            url_path, body = self._request(state)
+            url_path, body = self.workload.request(state, self.default_model)
         except RecordError as err:
             return state, record_failure(f"line {state.record.line}: {err}")
         payload = json.dumps(body).encode()
         return state, await send(self, url_path, payload, state.record.id)
-
-    def _request(self, state: RecordState) -> tuple[str, dict[str, Any]]:
-        rec = state.record
-        if self.pipeline is None:
-            body = dict(rec.fields["body"])
-            if "model" not in body and self.default_model:
-                body["model"] = self.default_model
-            return rec.fields.get("url", "/v1/chat/completions"), body
-        step = self.pipeline.step(state.step)
-        return "/v1/chat/completions", build_request(step, self.pipeline.model, rec.fields)

@@ -59,19 +59,19 @@ def failure_fields(failure: Failure) -> dict[str, Any]:
 class Fates:
     """Writes finished records to the journal (and the OpenAI meta side file)."""
 
-    def __init__(self, journal: Journal, stats: Stats, run: int, openai: bool) -> None:
+    def __init__(self, journal: Journal, stats: Stats, run: int) -> None:
         self.journal = journal
         self.stats = stats
         self.run = run
-        # OpenAI batch jobs: the kit's own per-request fields go to a side file (openai_batch)
-        self.meta = openai_batch.MetaWriter(journal.dir) if openai else None
+        # OpenAI batch lines: the kit's own per-request fields go to a side file
+        # (openai_batch), opened on the first one, so a pipeline job never has one
+        self.meta = openai_batch.MetaWriter(journal.dir)
         # The job's serving epoch (batch/serving.py): 0 as the job found its endpoints, +1 at
         # every identity change; each finished record carries it, the boundary in the results.
         self.serving = 0
 
     def close(self) -> None:
-        if self.meta is not None:
-            self.meta.close()
+        self.meta.close()
 
     def done(self, state: RecordState, final: str) -> None:
         line = ResultLine(
@@ -126,7 +126,6 @@ class Fates:
             error, request_id = outcome.message, outcome.request_id
         ok = openai_batch.is_success(status, body, error)
         self.journal.append(openai_batch.output_line(rid, line, status, body, error, request_id))
-        assert self.meta is not None
         meta = openai_batch.meta_line(rid, line, ok, body, self.run, state.started, time.time())
         meta["serving"] = self.serving
         if isinstance(outcome, Failure):

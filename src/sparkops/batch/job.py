@@ -1,5 +1,9 @@
 """One batch job, end to end: validate, scan, resume, run, sample metrics, summarise.
 
+The job asks its servers before the first record through batch/preflight.py, samples them
+while it runs through batch/sampler.py, and hands the records to the engine with the
+workload (batch/workload.py) the input and --pipeline chose.
+
 `run_job(config)` is the library entry point (synchronous; it runs its own event loop)
 used by `sparkops batch run` and by the concurrency sweep, which calls it once per level
 with a fresh `out` directory.
@@ -14,23 +18,23 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from sparkops import local_stack, openai_http
-from sparkops.batch import checks, lines, serving, serving_record, stall
+from sparkops import local_stack
+from sparkops.batch import lines, serving, stall
 from sparkops.batch.checks import other_model_message
 from sparkops.batch.durable import append_json, write_json_atomic
-from sparkops.batch.endpoints import Endpoint, EndpointPool, normalise_base
+from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
 from sparkops.batch.jobdir import (
+    PREFIX,
     RESULTS,
     RUNS,
-    TIMELINE,
     Manifest,
     check_out_dir,
     drop_errors,
@@ -41,6 +45,7 @@ from sparkops.batch.limits import ensure_open_files
 from sparkops.batch.lock import lock_job_dir
 from sparkops.batch.options import JobConfig
 from sparkops.batch.policy import POLICIES
+from sparkops.batch.preflight import preflight, record_serving
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.records import (
     InputKind,
@@ -54,15 +59,13 @@ from sparkops.batch.records import (
     scan_input,
 )
 from sparkops.batch.retry import error_cause
+from sparkops.batch.sampler import Drift, sample_loop, sample_once
 from sparkops.batch.stall import Change
+from sparkops.batch.workload import Workload, workload_for
 from sparkops.errors import Interrupted, JobStopped, UserError
 from sparkops.metrics.timeline import LiveHitRate
-from sparkops.pipeline.check import analyse_step, probe_records
-from sparkops.pipeline.prompt import build_messages
-from sparkops.pipeline.spec import PipelineSpec, load_pipeline
-from sparkops.privacy import redact
+from sparkops.pipeline.spec import load_pipeline
 
-PREFIX = "prefix.json"
 # The preflight's own requests are bounded: /v1/models must answer within this, and the
 # prefix probes (/tokenize, optional) share this budget, then the job runs without them.
 PREFLIGHT_TIMEOUT_S = 30.0
@@ -143,7 +146,7 @@ def run_job(cfg: JobConfig) -> JobSummary:
     return asyncio.run(run_job_async(cfg))
 
 
-def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, InputKind, str | None]:
+def _validate(cfg: JobConfig) -> tuple[Workload, InputKind, str | None]:
     if not cfg.endpoints:
         raise UserError("no endpoint given; pass --endpoint http://127.0.0.1:8000 (repeatable)")
     # Types and bounds of every setting are JobConfig's (batch/options.py), checked when built.
@@ -175,7 +178,7 @@ def _validate(cfg: JobConfig) -> tuple[PipelineSpec | None, InputKind, str | Non
         raise UserError(
             f"{cfg.input} holds records, not OpenAI batch requests; pass --pipeline P.yaml"
         )
-    return spec, kind, api_key
+    return workload_for(kind, spec), kind, api_key
 
 
 async def run_job_async(cfg: JobConfig) -> JobSummary:
@@ -196,7 +199,7 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
 
 
 async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
-    spec, kind, api_key = _validate(cfg)
+    workload, kind, api_key = _validate(cfg)
     stack: dict[str, Any] | None
     if cfg.stack_record:
         stack = serving.read_stack_record(cfg.stack_record)
@@ -204,17 +207,21 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         stack = local_stack.find([normalise_base(u) for u in cfg.endpoints])
     scan = scan_input(cfg.input, kind, cfg.id_field, cfg.encoding)
     refuse_bad_input(scan, cfg.input, kind, cfg.id_field)
-    if spec is not None:
-        _check_first_record(spec, cfg, kind, scan)
-    manifest = _manifest(spec, cfg, kind, scan)
+    _check_first_record(workload, cfg, kind, scan)
+    manifest = _manifest(workload, cfg, kind, scan)
     pool = EndpointPool.from_urls(cfg.endpoints, cfg.stall_after, cfg.sample_interval)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with (
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side,
         contextlib.AsyncExitStack() as held,
     ):
-        default_model, prefix = await _preflight(
-            side, pool, spec, headers, min(PREFLIGHT_TIMEOUT_S, cfg.request_timeout)
+        default_model, prefix = await preflight(
+            side,
+            pool,
+            workload,
+            headers,
+            timeout=min(PREFLIGHT_TIMEOUT_S, cfg.request_timeout),
+            budget=PREFLIGHT_TIMEOUT_S,
         )
         # one run per job directory (a second is refused naming this pid) until the end
         held.enter_context(lock_job_dir(cfg.out))
@@ -223,12 +230,12 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             print(f"sparkops: sending {n} record(s) that ended in error again", file=sys.stderr)
         if prefix is not None:
             _write_json(cfg.out / PREFIX, prefix)
-        journal = Journal(cfg.out, "custom_id" if kind == "openai" else "id", cfg.fsync_interval)
+        journal = Journal(cfg.out, workload.journal_key, cfg.fsync_interval)
         journal.open()
         already = len(journal.done)
         run = 1 + sum(1 for r in lines.run_events(cfg.out / RUNS) if r.event == "start")
         try:
-            served = await _record_serving(side, pool, headers, cfg, run, manifest, stack, journal)
+            served = await record_serving(side, pool, headers, cfg, run, manifest, stack, journal)
         except BaseException:
             journal.close()
             raise
@@ -249,20 +256,19 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             ),
             pool,
             journal,
-            spec,
+            workload,
             POLICIES[cfg.policy],
             default_model,
         )
         signals.engine = engine
         engine.serving = served.epoch
-        if spec is not None:  # answers from another model: a serving line and a warning
 
-            def other_model(model: str) -> None:
-                served.other_model(run, model, spec.model, journal.done_ok + journal.done_err)
-                if not cfg.strict_serving:
-                    view.say(other_model_message(model, spec.model, False))
+        def other_model(model: str, expected: str) -> None:  # a serving line and a warning
+            served.other_model(run, model, expected, journal.done_ok + journal.done_err)
+            if not cfg.strict_serving:
+                view.say(other_model_message(model, expected, False))
 
-            engine.checks.on_other_model = other_model
+        engine.checks.on_other_model = other_model
         t0 = time.monotonic()
         live = LiveHitRate()
         view = ProgressView(
@@ -273,7 +279,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             pool=pool,
             status_interval=cfg.status_interval,
         )
-        drift = _Drift(served, engine, view, journal, run, cfg.strict_serving)
+        drift = Drift(served, engine, view, journal, run, cfg.strict_serving)
 
         def on_stall_change(change: Change) -> None:  # job log + progress line (batch/stall.py)
             append_json(cfg.out / RUNS, stall.log_event(change, run, time.time()))
@@ -282,9 +288,9 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         pool.on_change = on_stall_change
 
         def sample() -> Awaitable[None]:  # one /metrics sample of every endpoint, then drift
-            return _sample_once(side, pool, headers, cfg, run, engine.stats, live, drift)
+            return sample_once(side, pool, headers, cfg, run, engine.stats, live, drift)
 
-        sampler = asyncio.create_task(_sample_loop(sample, cfg.sample_interval, view))
+        sampler = asyncio.create_task(sample_loop(sample, cfg.sample_interval, view))
         watch = asyncio.create_task(_watch_input(cfg.input, scan.stamp, engine))
         try:
             with view:
@@ -309,12 +315,10 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     return _summary(cfg, scan.total, engine.stats, time.monotonic() - t0, resumed, journal)
 
 
-def _manifest(
-    spec: PipelineSpec | None, cfg: JobConfig, kind: InputKind, scan: InputScan
-) -> Manifest:
+def _manifest(workload: Workload, cfg: JobConfig, kind: InputKind, scan: InputScan) -> Manifest:
     """What fixes the job folder to this job: the pipeline, the input as scanned, its id field."""
     return Manifest(
-        pipeline_fingerprint=spec.fingerprint() if spec else "openai-batch",
+        pipeline_fingerprint=workload.fingerprint(),
         input_fingerprint=scan.fingerprint,
         input=cfg.input.name,
         kind=kind,
@@ -379,11 +383,11 @@ async def _watch_input(path: Path, stamp: InputStamp, engine: Engine) -> None:
 
 
 def _check_first_record(
-    spec: PipelineSpec, cfg: JobConfig, kind: InputKind, scan: InputScan
+    workload: Workload, cfg: JobConfig, kind: InputKind, scan: InputScan
 ) -> None:
-    """A field a step's template names but the first record lacks is the pipeline's or the
-    input's mistake, not that record's: one line, exit 2, before any request (otherwise
-    every record fails the same way)."""
+    """A first record the workload cannot send (a field a step's template names but it
+    lacks) is the job's or the input's mistake, not that record's: one line, exit 2, before
+    any request (otherwise every record fails the same way)."""
     first = next(
         (
             item
@@ -392,17 +396,8 @@ def _check_first_record(
         ),
         None,
     )
-    if first is None:
-        return
-    for step in spec.steps:
-        missing = [f for f in step.fields if f not in first.fields]
-        if missing:
-            fields = ", ".join(first.fields) or "none"
-            raise UserError(
-                f"step {step.name!r} uses field(s) {missing} that the records of "
-                f"{cfg.input} lack (line {first.line} has: {fields}); fix the step's user "
-                "template or the input (nothing was sent)"
-            )
+    if first is not None:
+        workload.check_first(first, cfg.input)
 
 
 def _job_causes(path: Path) -> Counter[str]:
@@ -412,197 +407,6 @@ def _job_causes(path: Path) -> Counter[str]:
         if result.error is not None:
             causes[error_cause(result.error)] += 1
     return causes
-
-
-async def _preflight(
-    side: aiohttp.ClientSession,
-    pool: EndpointPool,
-    spec: PipelineSpec | None,
-    headers: dict[str, str],
-    timeout: float = PREFLIGHT_TIMEOUT_S,
-) -> tuple[str | None, dict[str, Any] | None]:
-    """Check the endpoints serve the model; measure each step's shared prefix for the ceiling.
-
-    Every request here is bounded. /v1/models must answer like an OpenAI server (else one
-    line, exit 2). The prefix probes only feed the report's hit-rate ceiling, so a hanging
-    or odd /tokenize degrades to "no ceiling" with a note instead of stopping the job.
-    """
-    base = pool.endpoints[0].base
-    default_model = await checks.check_endpoints(  # every endpoint (batch/checks.py)
-        side, [ep.base for ep in pool.endpoints], spec.model if spec else None, headers, timeout
-    )
-    if spec is None:
-        return default_model, None
-    bs: int | None = None
-    steps: dict[str, Any] = {}
-    try:
-        async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
-            text = await openai_http.get_text(side, pool.endpoints[0].metrics_url, headers)
-            bs = openai_http.block_size(text) if text else None
-            for step in spec.steps:
-                a, b, fixed = probe_records(step)
-                toks = [
-                    await openai_http.tokenize(
-                        side, base, spec.model, build_messages(step, r), headers
-                    )
-                    for r in (a, b, fixed)
-                ]
-                p = analyse_step(step, toks[0], toks[1], toks[2], block_size=bs or 16)
-                steps[step.name] = {
-                    "shared_tokens": p.shared_tokens,
-                    "reusable_tokens": p.reusable_tokens,
-                    "tail_tokens": p.tail_tokens,
-                    "fixed_tokens": p.fixed_tokens,
-                }
-    except TimeoutError:
-        note = f"{base}/tokenize did not answer within {PREFLIGHT_TIMEOUT_S:.0f} s"
-    except openai_http.AnswerError as err:
-        note = f"{base}{err}"
-    except (aiohttp.ClientError, OSError, ValueError) as err:
-        note = f"{base}/tokenize failed ({type(err).__name__})"
-    else:
-        return default_model, {"block_size": bs, "steps": steps}
-    note = redact(note)  # it names the endpoint: printed, and kept in prefix.json
-    print(
-        f"sparkops: warning: {note}; the job runs, but its report has no hit-rate ceiling",
-        file=sys.stderr,
-    )
-    return default_model, {"block_size": bs, "steps": {}, "note": note}
-
-
-async def _record_serving(
-    side: aiohttp.ClientSession,
-    pool: EndpointPool,
-    headers: dict[str, str],
-    cfg: JobConfig,
-    run: int,
-    manifest: Manifest,
-    stack: dict[str, Any] | None,
-    journal: Journal,
-) -> serving.ServingLog:
-    """The run's start line in serving.jsonl: what serves the job now, against what served
-    it before (a resumed job); --strict-serving refuses a changed setup before any request."""
-    log = serving.ServingLog.load(cfg.out)
-    # the GPU check (a second or two of nvidia-smi samples) runs while the endpoints answer
-    gpu = asyncio.create_task(asyncio.to_thread(serving.gpu_state, cfg.endpoints))
-    try:
-        found: dict[str, serving_record.Identity | None] = {}
-        problems: dict[str, str] = {}
-        for ep in pool.endpoints:
-            try:
-                found[ep.name] = await serving.probe(side, ep.base, ep.metrics_url, headers)
-            except openai_http.NoAnswer as err:
-                found[ep.name], problems[ep.name] = None, redact(str(err))
-        if cfg.strict_serving and (off := log.off_baseline(found)):
-            base, changes = next(iter(off.items()))
-            raise JobStopped(serving.strict_message(base, changes, during=False))
-        gpu_state = await gpu
-    finally:
-        gpu.cancel()  # stopped or interrupted: no task left pending (a no-op once done)
-    context = serving.job_context(
-        manifest.pipeline_fingerprint, manifest.input_fingerprint, gpu_state, stack
-    )
-    # concurrency above the server's --max-num-seqs: said now, kept for the report
-    context["capacity"] = serving_record.capacity(stack, cfg.concurrency, len(pool.endpoints))
-    if warning := serving_record.capacity_warning(context["capacity"]):
-        print(f"sparkops: warning: {warning}", file=sys.stderr)
-    done = journal.done_ok + journal.done_err
-    for base, changes in log.write_start(run, found, problems, context, done).items():
-        print(
-            f"sparkops: warning: {serving.change_sentence(base, changes, log.epoch)}",
-            file=sys.stderr,
-        )
-    return log
-
-
-@dataclass
-class _Drift:
-    """Re-checks each endpoint's identity on the metrics samples (batch/serving.py)."""
-
-    log: serving.ServingLog
-    engine: Engine
-    view: ProgressView
-    journal: Journal
-    run: int
-    strict: bool
-
-    async def check(
-        self,
-        side: aiohttp.ClientSession,
-        ep: Endpoint,
-        headers: dict[str, str],
-        metrics_text: str | None,
-    ) -> None:
-        try:
-            ident = await serving.probe(side, ep.base, ep.metrics_url, headers, metrics_text)
-        except openai_http.NoAnswer:
-            return  # down or slow this time: the next sample (or its recovery) checks again
-        done = self.journal.done_ok + self.journal.done_err
-        changes = self.log.observe(self.run, ep.name, ident, done)
-        if not changes:
-            return
-        self.engine.serving = self.log.epoch
-        self.view.say(serving.change_sentence(ep.name, changes, self.log.epoch))
-        if self.strict:
-            self.engine.stop(
-                Stop("serving-changed", serving.strict_message(ep.name, changes, during=True))
-            )
-
-
-async def _sample_once(
-    side: aiohttp.ClientSession,
-    pool: EndpointPool,
-    headers: dict[str, str],
-    cfg: JobConfig,
-    run: int,
-    stats: Stats,
-    live: LiveHitRate,
-    drift: _Drift | None = None,
-) -> None:
-    """One /metrics sample of every backend, appended to timeline.jsonl; then each
-    endpoint's identity is checked against the serving record (drift)."""
-    now = time.time()
-    for ep in pool.endpoints:
-        text = await openai_http.get_text(side, ep.metrics_url, headers)
-        values = _values(text)
-        sample = lines.TimelineSample(
-            now,
-            run,
-            ep.name,
-            values,
-            stats.done + stats.errors,
-            stats.in_flight,
-            time.process_time(),  # the client's own CPU (metrics/bottleneck.py)
-        )
-        append_json(cfg.out / TIMELINE, sample.to_json())
-        live.add(ep.base, values)
-        pool.observe(ep, values)  # the stall watch (the pool's clock): do its counters move?
-        if drift is not None:
-            await drift.check(side, ep, headers, text if values else None)
-    stats.hit_rate = live.rate
-
-
-def _values(text: str | None) -> dict[str, float]:
-    """Timeline values of a /metrics page; a page that does not parse counts as a failed scrape."""
-    if not text:
-        return {}
-    try:
-        return openai_http.metric_values(text)
-    except ValueError:
-        return {}
-
-
-async def _sample_loop(
-    sample: Callable[[], Awaitable[None]], interval: float, view: ProgressView
-) -> None:
-    """Sample on a clock (constant memory: samples go to disk, the hit rate is a running sum)."""
-    last = float("-inf")
-    while True:
-        if time.monotonic() - last >= interval:  # a wall-clock step must not stop sampling
-            last = time.monotonic()
-            await sample()
-        view.update()
-        await asyncio.sleep(0.5)
 
 
 def _write_json(path: Path, obj: Any) -> None:

@@ -1,0 +1,223 @@
+"""What a job sends and how its records end: a pipeline of steps, or an OpenAI batch file.
+
+Why an interface: the two kinds of job share everything the engine does (admission, the
+in-flight bound, retries, stop rules, the journal) and differ only in a handful of answers:
+what request a record makes next, what an answer does to it, how its error line is written,
+and a few facts the job reads before the first request. Those answers live here, one class
+per kind, so the engine (batch/engine.py) and the job (batch/job.py) never ask which kind
+they run; `workload_for` is the one place that picks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+from sparkops.batch.fate import Fates, RecordState
+from sparkops.batch.outcome import Answer, Failure
+from sparkops.batch.records import InputKind, InputProblem, Record
+from sparkops.errors import UserError
+from sparkops.pipeline.parse import parse_answer
+from sparkops.pipeline.prompt import RecordError, build_request
+from sparkops.pipeline.route import next_step
+from sparkops.pipeline.spec import PipelineSpec, StepSpec
+
+__all__ = [
+    "Finish",
+    "OpenAIBatch",
+    "Pipeline",
+    "PrefixProbe",
+    "RecordError",
+    "Workload",
+    "workload_for",
+]
+
+# What journals a record's error: called now, or later when fail-fast held it back.
+Finish = Callable[[], None]
+
+
+class PrefixProbe(NamedTuple):
+    """The model and the steps whose shared prompt prefix is measured (batch/preflight.py)."""
+
+    model: str
+    steps: Sequence[StepSpec]
+
+
+class Workload(Protocol):
+    """One kind of job, as the engine and the job see it (see the module docstring)."""
+
+    @property
+    def journal_key(self) -> str:
+        """The input field a results line is keyed by (what resume matches records on)."""
+        ...
+
+    @property
+    def model(self) -> str | None:
+        """The model every answer should come from; None when each request names its own."""
+        ...
+
+    @property
+    def first_step(self) -> str:
+        """The step a new record starts at."""
+        ...
+
+    @property
+    def steps(self) -> int:
+        """The most calls a record makes (batch/admission.py's prior for a steady mix)."""
+        ...
+
+    @property
+    def want_text(self) -> bool:
+        """An answer must carry text (the workload routes on it), else it is retried."""
+        ...
+
+    @property
+    def prefix_probe(self) -> PrefixProbe | None:
+        """What the pre-flight measures for the report's hit-rate ceiling; None: nothing
+        (no prefix.json)."""
+        ...
+
+    def fingerprint(self) -> str:
+        """What the job folder's manifest fixes the job to (a changed one refuses a resume)."""
+        ...
+
+    def check_first(self, first: Record, source: Path) -> None:
+        """Refuse (UserError) an input whose first record cannot make a request at all:
+        the input's or the job's mistake, said once before any request."""
+        ...
+
+    def request(self, state: RecordState, default_model: str | None) -> tuple[str, dict[str, Any]]:
+        """The url path and JSON body of the record's next call; RecordError when the record
+        cannot become one. default_model: what the endpoints serve first."""
+        ...
+
+    def answered(self, state: RecordState, answer: Answer, fates: Fates) -> str | None:
+        """Take in an answer: the record's next step, or None once its fate is written."""
+        ...
+
+    def failed(self, state: RecordState, failure: Failure, fates: Fates) -> Finish:
+        """How a record that failed of its own fault is journalled."""
+        ...
+
+    def input_problem(self, problem: InputProblem, failure: Failure, fates: Fates) -> Finish:
+        """How an input line that could not become a record is journalled (never sent)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Records through a pipeline's steps: each answer parsed, appended, routed."""
+
+    spec: PipelineSpec
+    journal_key = "id"
+    want_text = True
+
+    @property
+    def model(self) -> str:
+        return self.spec.model
+
+    @property
+    def first_step(self) -> str:
+        return self.spec.first.name
+
+    @property
+    def steps(self) -> int:
+        return len(self.spec.steps)
+
+    @property
+    def prefix_probe(self) -> PrefixProbe:
+        return PrefixProbe(self.spec.model, self.spec.steps)
+
+    def fingerprint(self) -> str:
+        return self.spec.fingerprint()
+
+    def check_first(self, first: Record, source: Path) -> None:
+        """A field a step's template names but the first record lacks would fail every
+        record the same way."""
+        for step in self.spec.steps:
+            missing = [f for f in step.fields if f not in first.fields]
+            if missing:
+                fields = ", ".join(first.fields) or "none"
+                raise UserError(
+                    f"step {step.name!r} uses field(s) {missing} that the records of "
+                    f"{source} lack (line {first.line} has: {fields}); fix the step's user "
+                    "template or the input (nothing was sent)"
+                )
+
+    def request(self, state: RecordState, default_model: str | None) -> tuple[str, dict[str, Any]]:
+        step = self.spec.step(state.step)
+        return "/v1/chat/completions", build_request(step, self.spec.model, state.record.fields)
+
+    def answered(self, state: RecordState, answer: Answer, fates: Fates) -> str | None:
+        step = self.spec.step(state.step)
+        text = answer.text or ""
+        label = parse_answer(text, step.parse)
+        details = answer.usage.get("prompt_tokens_details") or {}
+        state.steps.append(
+            {
+                "step": step.name,
+                "answer": label,
+                "raw": text,
+                "model": answer.model,
+                "prompt_tokens": answer.usage.get("prompt_tokens"),
+                "completion_tokens": answer.usage.get("completion_tokens"),
+                "cached_tokens": details.get("cached_tokens"),
+            }
+        )
+        nxt = next_step(self.spec, step.name, label)
+        if nxt is None:
+            fates.done(state, label)
+        return nxt
+
+    def failed(self, state: RecordState, failure: Failure, fates: Fates) -> Finish:
+        rec = state.record
+        return lambda: fates.error(rec.id, rec.line, failure, state.steps, state.started)
+
+    def input_problem(self, problem: InputProblem, failure: Failure, fates: Fates) -> Finish:
+        return lambda: fates.error(problem.id, problem.line, failure, [])
+
+
+class OpenAIBatch:
+    """An OpenAI batch file: each line is a whole request, answered once, kept as it came."""
+
+    journal_key = "custom_id"
+    model = None  # each line names its model (or takes the served default)
+    first_step = "request"
+    steps = 1
+    want_text = False  # a line keeps whatever choice came back
+    prefix_probe = None  # no shared prompt to measure: each line is its own
+
+    def fingerprint(self) -> str:
+        return "openai-batch"
+
+    def check_first(self, first: Record, source: Path) -> None:
+        return None  # a line's body is checked by the server, line by line
+
+    def request(self, state: RecordState, default_model: str | None) -> tuple[str, dict[str, Any]]:
+        rec = state.record
+        body = dict(rec.fields["body"])
+        if "model" not in body and default_model:
+            body["model"] = default_model
+        return rec.fields.get("url", "/v1/chat/completions"), body
+
+    def answered(self, state: RecordState, answer: Answer, fates: Fates) -> str | None:
+        fates.openai(state, answer)
+        return None
+
+    def failed(self, state: RecordState, failure: Failure, fates: Fates) -> Finish:
+        return lambda: fates.openai(state, failure)
+
+    def input_problem(self, problem: InputProblem, failure: Failure, fates: Fates) -> Finish:
+        state = RecordState(Record(problem.id or "", problem.line, {}), self.first_step)
+        return lambda: fates.openai(state, failure, custom_id=problem.id)
+
+
+def workload_for(kind: InputKind, spec: PipelineSpec | None) -> Workload:
+    """The job's workload: records through `spec`, or the lines of an OpenAI batch file
+    (`kind` and `spec` are validated to agree before, batch/job.py)."""
+    if spec is not None:
+        return Pipeline(spec)
+    assert kind == "openai"
+    return OpenAIBatch()
