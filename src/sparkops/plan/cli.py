@@ -1,7 +1,8 @@
 """`sparkops plan throughput|memory|guard`: the thin I/O edge over the pure planning models.
 
 Reads the config file, parses the hit rate the way people write it (0.887 or 88.7%), and
-prints a readable table or, with --json, one JSON object for scripts and the deploy roles.
+prints a readable table (plan/tables.py) or, with --json, one JSON object for scripts and
+the deploy roles.
 """
 
 from __future__ import annotations
@@ -16,18 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from sparkops.console import stdout_console
 from sparkops.errors import UserError
 from sparkops.inputs import read_json
 from sparkops.metrics.bottleneck import label as bottleneck_label
 from sparkops.plan import calibrate
-from sparkops.plan.decode import BANDWIDTH_GB_S, DecodeCeiling, decode_ceiling, parse_levels
-from sparkops.plan.guard import GuardSettings, Verdict, check_launch, host_facts, settings_of
-from sparkops.plan.memory import GB, GIB, MemoryPlan, dtype_bytes, plan_memory
-from sparkops.plan.prefix import SharedPrefixPlan, plan_shared_prefix
+from sparkops.plan.decode import BANDWIDTH_GB_S, decode_ceiling, parse_levels
+from sparkops.plan.guard import GuardSettings, check_launch, host_facts, settings_of
+from sparkops.plan.memory import GB, GIB, dtype_bytes, plan_memory
+from sparkops.plan.prefix import plan_shared_prefix
 from sparkops.plan.shapes import ModelShape, kv_dtype_of, profile_shape, shape_from_config
+from sparkops.plan.tables import (
+    print_decode,
+    print_guard,
+    print_memory,
+    print_shared_prefix,
+    print_throughput,
+)
 from sparkops.plan.throughput import ThroughputPlan, plan_throughput, predict_level
 
 # A DGX Spark gives vLLM 0.88 x 128 GB for weights plus KV cache (second seed).
@@ -462,152 +469,3 @@ def run_guard(args: argparse.Namespace) -> int:
         raise UserError(verdict.message)
     print_guard(verdict, stdout_console())
     return 0
-
-
-def print_guard(verdict: Verdict, console: Console) -> None:
-    table = Table(title=f"Memory guard ({verdict.kind})", show_header=False)
-    for label, value in verdict.need.items():
-        table.add_row(label, f"{value / GB:,.1f} GB")
-    table.add_row("total", f"{sum(verdict.need.values()) / GB:,.1f} GB")
-    table.add_row("host memory", f"{verdict.pool_bytes / GB:,.1f} GB")
-    table.add_row(
-        "headroom / margin",
-        f"{verdict.headroom_bytes / GB:,.1f} GB / {verdict.margin_bytes / GB:,.1f} GB",
-    )
-    table.add_row(
-        "largest --kv-cache-memory-bytes",
-        f"{verdict.largest_kv_bytes} ({verdict.largest_kv_bytes / GIB:,.1f} GiB)",
-    )
-    if verdict.serves:
-        table.add_row(
-            "which holds",
-            f"{verdict.serves['seqs']:,} sequences x {verdict.serves['context']:,} tokens",
-        )
-    console.print(table)
-    console.print(verdict.message, soft_wrap=True, markup=False, highlight=False)
-
-
-def print_throughput(plan: ThroughputPlan, console: Console) -> None:
-    summary = Table(title="Throughput at this hit rate", show_header=False)
-    summary.add_row("uncached prompt tokens / record", f"{plan.uncached_prompt_tokens:,.0f}")
-    summary.add_row("computed tokens / record", f"{plan.computed_tokens_per_record:,.0f}")
-    summary.add_row("records_per_min", f"{plan.records_per_min:,.1f}")
-    summary.add_row("effective_tok_s", f"{plan.effective_tok_s:,.0f}")
-    summary.add_row(
-        "prompt / generation tok/s computed",
-        f"{plan.prompt_computed_tok_s:,.0f} / {plan.generation_tok_s:,.0f}",
-    )
-    if plan.hours_for_records is not None:
-        summary.add_row(
-            f"hours_for_records ({plan.records:,})",
-            f"{plan.hours_for_records:,.1f} ({plan.hours_for_records / 24:.2f} days)",
-        )
-    summary.add_row(
-        "ceiling_records_per_min (perfect reuse)", f"{plan.ceiling_records_per_min:,.1f}"
-    )
-    summary.add_row("computed tokens saved per point", f"{plan.tokens_saved_per_point:,.0f}")
-    console.print(summary)
-
-    table = Table(title="What each point of hit rate is worth")
-    for column in ("hit rate", "records/min", "+records/min", "effective tok/s", "+tok/s"):
-        table.add_column(column, justify="right")
-    if plan.records:
-        table.add_column("hours", justify="right")
-    for row in plan.table:
-        cells = [
-            f"{row.hit_rate:.1%}",
-            f"{row.records_per_min:,.1f}",
-            f"{row.gain_records_per_min:+,.1f}" if row is not plan.table[0] else "",
-            f"{row.effective_tok_s:,.0f}",
-            f"{row.gain_effective_tok_s:+,.0f}" if row is not plan.table[0] else "",
-        ]
-        if plan.records:
-            cells.append(f"{row.hours_for_records:,.1f}")
-        table.add_row(*cells)
-    console.print(table)
-
-
-def print_memory(plan: MemoryPlan, console: Console) -> None:
-    table = Table(title=f"KV cache plan ({plan.kv_dtype} KV)", show_header=False)
-    table.add_row(
-        "KV bytes / token", f"{plan.kv_bytes_per_token:,} ({plan.kv_mb_per_token:.3f} MB)"
-    )
-    if plan.sliding_layers:
-        table.add_row(
-            "sliding-window layers",
-            f"{plan.sliding_layers} of {plan.sliding_layers + plan.full_layers} "
-            f"(window {plan.sliding_window:,} tokens)",
-        )
-    table.add_row(
-        "memory for vLLM / weights",
-        f"{plan.memory_bytes / GB:,.2f} GB / {plan.weights_bytes / GB:,.2f} GB",
-    )
-    table.add_row(
-        "KV cache", f"{plan.kv_cache_bytes / GB:,.2f} GB ({plan.kv_cache_bytes / GIB:,.2f} GiB)"
-    )
-    table.add_row("tokens that fit", f"{plan.tokens_that_fit:,}")
-    usable = "unbounded" if plan.usable_ctx_per_seq is None else f"{plan.usable_ctx_per_seq:,}"
-    table.add_row(f"usable_ctx_per_seq @ {plan.seqs} seqs", usable)
-    table.add_row(f"sequences that fit @ {plan.context:,} tokens", f"{plan.seqs_at_context:,}")
-    table.add_row("KV usage at plan", f"{plan.kv_usage_at_plan:.0%}")
-    table.add_row("--kv-cache-memory-bytes", str(plan.kv_cache_memory_bytes))
-    table.add_row("--max-num-seqs", str(plan.max_num_seqs))
-    table.add_row("needs expandable_segments", "yes" if plan.needs_expandable_segments else "no")
-    console.print(table)
-    for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-
-
-def print_shared_prefix(plan: SharedPrefixPlan, console: Console) -> None:
-    table = Table(title="KV cache with shared prefixes", show_header=False)
-    table.add_row("KV bytes / token (every layer)", f"{plan.kv_bytes_per_token:,}")
-    table.add_row(
-        "shared, held once",
-        f"{plan.prefixes} x {plan.shared_tokens:,} tokens (whole {plan.block_size}-token "
-        f"blocks) = {plan.shared_bytes / GB:,.2f} GB",
-    )
-    table.add_row(
-        "own per sequence",
-        f"{plan.own_prompt_tokens:,} prompt + up to {plan.output_tokens:,} written tokens",
-    )
-    table.add_row(
-        "per sequence, typical / peak",
-        f"{plan.seq_bytes_typical / 1e6:,.1f} MB / {plan.seq_bytes_peak / 1e6:,.1f} MB",
-    )
-    table.add_row("KV cache", f"{plan.kv_cache_bytes / GIB:,.1f} GiB")
-    table.add_row(
-        f"KV usage at {plan.seqs:,} in flight",
-        f"typical {plan.usage_typical:.0%} (answers half written), peak {plan.usage_peak:.0%}",
-    )
-    table.add_row("sequences that fit at peak", f"{plan.seqs_that_fit_peak:,}")
-    console.print(table)
-    for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-
-
-def print_decode(ceiling: DecodeCeiling, console: Console) -> None:
-    table = Table(
-        title=f"Decode ceiling at {ceiling.bandwidth_gb_s:,.0f} GB/s, context "
-        f"{ceiling.context:,} tokens"
-    )
-    for column in ("in flight", "step (ms)", "decode tok/s", "of the asymptote"):
-        table.add_column(column, justify="right")
-    for p in ceiling.points:
-        table.add_row(
-            f"{p.concurrency:,}",
-            f"{p.step_ms:,.1f}",
-            f"{p.tok_s:,.0f}",
-            f"{p.share_of_asymptote:.0%}",
-        )
-    console.print(table)
-    console.print(
-        f"KV read per sequence and step {ceiling.kv_read_bytes_per_seq / 1e6:,.1f} MB, weights "
-        f"{ceiling.weight_bytes / 1e9:,.1f} GB: the asymptote is {ceiling.asymptote_tok_s:,.0f} "
-        f"tok/s; half of it at {ceiling.knee_concurrency:,.0f} in flight, 90% at "
-        f"{ceiling.near_asymptote_concurrency:,.0f}. Past that, more concurrency buys hit rate, "
-        "not decode speed. Assumed: memory-bound decode at the full bandwidth (measured points "
-        "sit below), prefill and compute left out.",
-        soft_wrap=True,
-        markup=False,
-        highlight=False,
-    )
