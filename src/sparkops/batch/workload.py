@@ -30,12 +30,15 @@ __all__ = [
     "Pipeline",
     "PrefixProbe",
     "RecordError",
+    "Request",
     "Workload",
     "workload_for",
 ]
 
 # What journals a record's error: called now, or later when fail-fast held it back.
 Finish = Callable[[], None]
+# A call's JSON body as the server reads it (chat messages, or an OpenAI line's own body).
+Request = dict[str, Any]
 
 
 class PrefixProbe(NamedTuple):
@@ -88,7 +91,7 @@ class Workload(Protocol):
         the input's or the job's mistake, said once before any request."""
         ...
 
-    def request(self, state: RecordState, default_model: str | None) -> tuple[str, dict[str, Any]]:
+    def request(self, state: RecordState, default_model: str | None) -> tuple[str, Request]:
         """The url path and JSON body of the record's next call; RecordError when the record
         cannot become one. default_model: what the endpoints serve first."""
         ...
@@ -146,7 +149,7 @@ class Pipeline:
                     "template or the input (nothing was sent)"
                 )
 
-    def request(self, state: RecordState, default_model: str | None) -> tuple[str, dict[str, Any]]:
+    def request(self, state: RecordState, default_model: str | None) -> tuple[str, Request]:
         step = self.spec.step(state.step)
         return "/v1/chat/completions", build_request(step, self.spec.model, state.record.fields)
 
@@ -195,7 +198,7 @@ class OpenAIBatch:
     def check_first(self, first: Record, source: Path) -> None:
         return None  # a line's body is checked by the server, line by line
 
-    def request(self, state: RecordState, default_model: str | None) -> tuple[str, dict[str, Any]]:
+    def request(self, state: RecordState, default_model: str | None) -> tuple[str, Request]:
         rec = state.record
         body = dict(rec.fields["body"])
         if "model" not in body and default_model:
