@@ -9,8 +9,9 @@ One amd64 systemd host with room for its own Docker engine walks what hurt hosts
   source beside Debian's, while another process holds dpkg's lock for longer than apt's own
   60 s wait: it waits, then converges;
 - provision.yml with every boolean of every role it runs given as "false" through `-e`: each
-  switch is off; the job user dropped from the inventory in that run leaves the docker group
-  and stops lingering;
+  switch is off (the drop-caches sudoers rule granted before is removed, and a second such
+  host_tuning run changes nothing); the job user dropped from the inventory in that run leaves
+  the docker group and stops lingering;
 - /etc/sudoers without `@includedir /etc/sudoers.d`: host_tuning warns that its rule is not in
   force and says what to add.
 The link, deep-merge and lost-restart cases run on the interrupted host of
@@ -46,6 +47,7 @@ TAGS = ("--tags", "container_runtime")
 MALFORMED = '{\n    "log-driver": "local",\n}\n'
 RESTART = re.compile(r"RUNNING HANDLER \[container_runtime : Restart Docker\][^\n]*\n(changed|ok)")
 LEAVER = "leaving-researcher"
+SUDOERS_RULE = "/etc/sudoers.d/sparkops-drop-caches"
 DEAD_SOURCE = "http://127.0.0.1:9/debian"  # the discard port: the connection is refused
 # Holds dpkg's frontend lock (an fcntl lock, as apt and dpkg take it) for LOCK_HOLD_S seconds.
 LOCK_HOLD_S = 75
@@ -87,6 +89,8 @@ class Walk:
     granted: dict[str, bool]
     every_role_false: PlaybookRun
     granted_after: dict[str, bool]
+    sudoers_rule: dict[str, bool]
+    host_tuning_false_again: PlaybookRun
     no_includedir: PlaybookRun
 
 
@@ -160,12 +164,20 @@ def walk(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFac
     converge, holder_rc = converge_behind_a_lock(two, "--tags", "container_runtime,host_tuning")
     assert converge.rc == 0, converge.output[-4000:]
     granted = grants(host)
+    sudoers_rule = {"granted": exists(host, SUDOERS_RULE)}
 
     # JOB_USER stays, LEAVER is dropped from both lists.
     one = write_inventory(directory / "one", host)
     every = booleans("spark_preflight", "container_runtime", "host_tuning", "sparkops_cli")
     every_role_false = provision(one, "--skip-tags", "sparkops_cli", *as_false_strings(every))
     granted_after = grants(host)
+    sudoers_rule["after every false"] = exists(host, SUDOERS_RULE)
+    host_tuning_false_again = provision(
+        one, "--tags", "host_tuning", *as_false_strings(booleans("host_tuning"))
+    )
+    # Read here: the run below leaves host_tuning_drop_caches_sudo at its default (true), so it
+    # grants the rule again.
+    sudoers_rule["after a second run"] = exists(host, SUDOERS_RULE)
 
     host.exec(["sed", "-i", "/^@includedir/d", "/etc/sudoers"], check=True)
     no_includedir = provision(one, "--tags", "host_tuning", "-e", "host_tuning_gpu_check_run=false")
@@ -186,6 +198,8 @@ def walk(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFac
         granted,
         every_role_false,
         granted_after,
+        sudoers_rule,
+        host_tuning_false_again,
         no_includedir,
     )
 
@@ -221,15 +235,16 @@ def test_a_converge_waits_for_another_apt_past_apt_s_own_wait(walk: Walk) -> Non
     assert walk.granted == {"docker group": True, "linger": True}
 
 
-@pytest.mark.xfail(
-    reason="open bug (issue 24 item 10): after an earlier converge granted it, a run with every "
-    "boolean 'false' left /etc/sudoers.d/sparkops-drop-caches in place although host_tuning's "
-    "configure.yml removes it when host_tuning_drop_caches_sudo is off; not yet diagnosed",
-    strict=False,
-)
 def test_drop_caches_sudo_given_as_false_removes_the_rule(walk: Walk) -> None:
-    assert walk.every_role_false.rc == 0
-    assert not exists(walk.host, "/etc/sudoers.d/sparkops-drop-caches")
+    run = walk.every_role_false
+    assert run.rc == 0, run.output[-4000:]
+    assert walk.sudoers_rule == {
+        "granted": True,
+        "after every false": False,
+        "after a second run": False,
+    }
+    again = walk.host_tuning_false_again
+    assert again.rc == 0 and again.changed == 0, again.output[-4000:]
 
 
 def test_every_boolean_of_every_role_given_as_false_turns_its_switch_off(walk: Walk) -> None:
