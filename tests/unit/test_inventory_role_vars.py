@@ -7,6 +7,7 @@ meta/argument_specs.yml, so these run against the real roles of the checkout.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from sparkops.render.role_vars import (
     nearest,
     role_variable_problems,
 )
+from tests.plugins.inventories import make_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = load_role_specs(REPO / "ansible" / "roles")
@@ -138,13 +140,6 @@ def test_no_role_sets_a_public_name_at_run_time() -> None:
                 found += set_names(tasks.get(key))
         return found
 
-    # The deploy resolves these public settings at run time when the inventory leaves them empty
-    # (vllm_serving/tasks/base_image.yml: the pinned base), because the render filter reads them
-    # from hostvars. Known debt: pass the pin to the render as an internal name instead.
-    resolved_at_run_time = {
-        ("vllm_serving", "set_fact", "vllm_serving_base_digest"),
-        ("vllm_serving", "set_fact", "vllm_serving_base_image"),
-    }
     wrong = []
     for role_dir in sorted((REPO / "ansible" / "roles").iterdir()):
         role = role_dir.name
@@ -157,8 +152,43 @@ def test_no_role_sets_a_public_name_at_run_time() -> None:
             expected = f"__{role}_" if kind == "register" else f"_{role}_"
             # A task's own vars may be plain words (they live for one task), never public names.
             plain = kind == "vars" and not name.startswith(role + "_")
-            if (role, kind, name) in resolved_at_run_time:
-                continue
             if not name.startswith(expected) and not plain:
                 wrong.append(f"{role}: {kind} {name} (expected {expected}...)")
     assert wrong == []
+
+
+def test_the_pinned_base_reaches_the_render_through_the_role_s_internal_fact(
+    tmp_path: Path,
+) -> None:
+    """base_image.yml pins the GB10 base as _vllm_serving_base_pinned (not by setting the public
+    vllm_serving_base_digest): the render filter builds FROM that digest and records it."""
+    path = REPO / "ansible" / "plugins" / "filter" / "sparkops_render.py"
+    spec = importlib.util.spec_from_file_location("sparkops_render_filter", path)
+    assert spec and spec.loader
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    inventory = read_inventory(
+        make_inventory(
+            tmp_path / "inv", "single", vllm_serving_profile="gb10-gemma4-12b-fp8",
+            vllm_serving_image="",
+        )
+    )  # fmt: skip
+    groups = {"all": inventory.hosts, "sparks": inventory.hosts}
+    hostvars = {host: dict(values) for host, values in inventory.hostvars.items()}
+
+    def built(hostvars: dict) -> tuple[dict, dict]:
+        out = render.sparkops_render(hostvars, groups, "spark-1")
+        record = next(f for f in out["files"] if f["path"] == "stack-record.json")
+        return out["images"][0]["build"], yaml.safe_load(record["content"])
+
+    unpinned, record = built(hostvars)
+    assert unpinned["args"]["VLLM_DIGEST"] == ""
+    assert "vllm_serving_base_digest" in unpinned["problem"]
+    assert record["base_digest"] is None
+
+    digest = "sha256:" + "ab" * 32
+    hostvars["spark-1"]["_vllm_serving_base_pinned"] = {"image": "lab/vllm:1", "digest": digest}
+    pinned, record = built(hostvars)
+    assert pinned["problem"] == ""
+    assert pinned["args"]["VLLM_BASE"] == "lab/vllm:1" and pinned["args"]["VLLM_DIGEST"] == digest
+    assert (record["base_image"], record["base_digest"]) == ("lab/vllm:1", digest)

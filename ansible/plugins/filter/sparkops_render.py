@@ -51,6 +51,10 @@ PLAIN = ("ansible_host", "sparkops_topology")
 # unknown prefixed name is refused as a likely typo (ANSIBLE_ONLY: sparkops.render.settings).
 # The master key the litellm_router role kept or generated on the first Spark (set_fact).
 KEPT_MASTER_KEY = "_litellm_router_master_key"
+# The GB10 base the vllm_serving role pinned for this run ({image, digest}, set_fact in
+# tasks/base_image.yml: pulled now, or read from the file beside the inventory). It stands for
+# vllm_serving_base_image/_digest, which stay the inventory's: a role sets only _role_x names.
+PINNED_BASE = "_vllm_serving_base_pinned"
 
 
 def _plain(value):
@@ -65,7 +69,12 @@ def _host_vars(hostvars, host: str) -> dict:
         for key in source
         if (key.startswith(PREFIXES) and key not in ANSIBLE_ONLY) or key in PLAIN
     ]
-    return {key: _plain(source[key]) for key in wanted}
+    values = {key: _plain(source[key]) for key in wanted}
+    pinned = _plain(source[PINNED_BASE]) if PINNED_BASE in source else None
+    if isinstance(pinned, dict) and pinned.get("digest"):
+        values["vllm_serving_base_image"] = pinned["image"]
+        values["vllm_serving_base_digest"] = pinned["digest"]
+    return values
 
 
 def _kept_secrets(hostvars, hosts: list[str]) -> dict[str, str]:
