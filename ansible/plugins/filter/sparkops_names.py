@@ -14,12 +14,18 @@ the same check warns with these sentences. The roles are the directories of `rol
 from __future__ import annotations
 
 import difflib
+import importlib.util
+import sys
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+# ansible-playbook from another environment than the kit's venv: use the checkout's sources.
+if importlib.util.find_spec("sparkops") is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
+
+from sparkops.render.role_vars import load_role_specs
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 # How alike a name's leading words and a prefix must be (difflib ratio): one letter doubled,
@@ -28,17 +34,12 @@ ROLES = Path(__file__).resolve().parents[2] / "roles"
 CUTOFF = 0.8
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=4)
 def role_options(roles_dir: str) -> dict[str, frozenset[str]]:
-    """Role name -> the option names its meta/argument_specs.yml declares."""
-    options: dict[str, frozenset[str]] = {}
-    for spec_file in sorted(Path(roles_dir).glob("*/meta/argument_specs.yml")):
-        data = yaml.safe_load(spec_file.read_text()) or {}
-        names: set[str] = set()
-        for entry in (data.get("argument_specs") or {}).values():
-            names.update(((entry or {}).get("options") or {}).keys())
-        options[spec_file.parents[1].name] = frozenset(names)
-    return options
+    """Role name -> the option names its meta/argument_specs.yml declares (the inventory
+    check's own reading, sparkops.render.role_vars)."""
+    specs = load_role_specs(roles_dir)
+    return {role: frozenset(options) for role, options in specs.options.items()}
 
 
 def sparkops_misspelt_prefixes(names: Iterable[Any], roles_dir: str | None = None) -> list[str]:
