@@ -130,7 +130,7 @@ def check_status(tmp_path: Path, host, url: str) -> None:
     assert run.rc == 0, run.stdout[-3000:] + run.stderr[-2000:]
     status = json.loads((out_dir / f"{host.name}.json").read_text())
     assert status["health"] == 200
-    assert status["unit"] == "absent"
+    assert status["unit"] == "absent" and status["stack"] == "absent"
     assert status["gpu"].startswith("1005, ")  # the fixture was left in the stuck state
     assert float(status["running"]) >= 0 and 0.0 <= float(status["kv_cache_usage"]) <= 1.0
     # The serving unit is a oneshot that stays active after `compose up` exits: status.yml
@@ -145,6 +145,7 @@ def check_status(tmp_path: Path, host, url: str) -> None:
     assert run.rc == 0, run.stdout[-3000:]
     status = json.loads((out_dir / f"{host.name}.json").read_text())
     assert status["unit"] == "active (exited)"
+    assert status["stack"] == "serving"  # started (not exited) and /health answers 200
 
 
 def check_preflight(tmp_path: Path, host, url: str) -> None:
