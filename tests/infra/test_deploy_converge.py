@@ -353,7 +353,8 @@ def _hub_cache_with(model: Path, cache: Path, repo: str) -> None:
     (base / "refs").mkdir()
     (base / "refs" / "main").write_text(sha)
     files = {p.name: p.stat().st_size for p in snapshot.iterdir() if p.is_file()}
-    record = {"repo": repo, "revision": sha, "snapshot": str(snapshot), "files": files}
+    where = str(snapshot.relative_to(cache))  # the fetcher records it relative to HF_HOME
+    record = {"repo": repo, "revision": sha, "snapshot": where, "files": files}
     (cache / "sparkops-models").mkdir(parents=True, exist_ok=True)
     (cache / "sparkops-models" / f"{repo}.json").write_text(json.dumps(record))
 

@@ -40,8 +40,12 @@ UNREACHABLE = 4
 CONNECT_TIMEOUT_S = 20.0
 
 
+def hf_home() -> Path:
+    return Path(os.environ.get("HF_HOME", "/root/.cache/huggingface"))
+
+
 def record_dir() -> Path:
-    return Path(os.environ.get("HF_HOME", "/root/.cache/huggingface")) / "sparkops-models"
+    return hf_home() / "sparkops-models"
 
 
 def record_path(repo: str, suffix: str) -> Path:
@@ -64,7 +68,8 @@ def check(repo: str) -> int:
     except (OSError, ValueError):
         print(f"{repo}: not downloaded yet")
         return INCOMPLETE
-    wrong = missing_files(Path(record["snapshot"]), record["files"])
+    # relative to HF_HOME (the cache is mounted at another path in each container)
+    wrong = missing_files(hf_home() / record["snapshot"], record["files"])
     if wrong:
         print(f"{repo}: {len(wrong)} file(s) missing or cut short, e.g. {wrong[0]}")
         return INCOMPLETE
@@ -105,7 +110,12 @@ def fetch(repo: str, revision: str | None) -> int:
     if wrong:
         print(f"{repo}: after the download {len(wrong)} file(s) are incomplete: {wrong[:3]}")
         return INCOMPLETE
-    record = {"repo": repo, "revision": info.sha, "snapshot": str(snapshot), "files": sizes}
+    where = (
+        str(snapshot.relative_to(hf_home()))
+        if snapshot.is_relative_to(hf_home())
+        else str(snapshot)
+    )
+    record = {"repo": repo, "revision": info.sha, "snapshot": where, "files": sizes}
     record_path(repo, ".json").write_text(json.dumps(record, indent=1, sort_keys=True))
     print(f"{repo}: downloaded and verified ({len(sizes)} files, revision {info.sha})")
     return 0
