@@ -6,6 +6,7 @@ misspelt (Ansible would ignore it without a word), naming the variable meant."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -106,28 +107,18 @@ def test_deploy_check_warns_about_a_misspelt_role_prefix_once_before_any_host_ta
     role: the inventory check lets them through, so it names the variables meant, and the check
     run goes on to the end (a warning, not a refusal) and writes nothing."""
     inventory = tmp_path / "inventory"
-    (inventory / "group_vars" / "all").mkdir(parents=True)
-    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    hosts = {
-        "all": {
-            "vars": {"sparkops_topology": "local"},
-            "children": {"sparks": {"hosts": {"localhost": host}}},
-        }
-    }
-    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    serving = yaml.safe_load(
-        (REPO / "inventory" / "local" / "group_vars" / "all" / "serving.yml").read_text()
-    )
-    serving.update(
-        vllm_serving_image=vllm_cpu_runtime_image,
-        vllm_serving_model_dir=str(ensure_tiny_model()),
-        vllm_serving_stack_dir=str(tmp_path / "stack"),
-        vllm_serving_stack_record=str(tmp_path / "etc" / "stack-record.json"),
-        vllm_serving_hf_cache=str(tmp_path / "hf-cache"),
+    shutil.copytree(REPO / "inventory" / "local", inventory)
+    # After serving.yml in group_vars/all/, so these win: this test's folders, and the typo.
+    test_vars = {
+        "vllm_serving_image": vllm_cpu_runtime_image,
+        "vllm_serving_model_dir": str(ensure_tiny_model()),
+        "vllm_serving_stack_dir": str(tmp_path / "stack"),
+        "vllm_serving_stack_record": str(tmp_path / "etc" / "stack-record.json"),
+        "vllm_serving_hf_cache": str(tmp_path / "hf-cache"),
         **mounted_venv_vars(),
-        vlm_serving_port=8001,
-    )
-    (inventory / "group_vars" / "all" / "serving.yml").write_text(yaml.safe_dump(serving))
+        "vlm_serving_port": 8001,
+    }
+    (inventory / "group_vars" / "all" / "test.yml").write_text(yaml.safe_dump(test_vars))
     run = run_playbook(
         "deploy.yml", inventory, "-e", "ansible_become=false",
         "-e", '{"host_tunning_job_users": ["researcher"]}',
