@@ -4,6 +4,7 @@ written."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -15,6 +16,8 @@ from sparkops.render.settings import TOPOLOGY_OF
 from sparkops.versions import VLLM_VERSION
 from tests.plugins.cli import sparkops
 from tests.plugins.inventories import make_inventory
+
+PROFILES = Path(__file__).resolve().parents[2] / "src" / "sparkops" / "profiles"
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -171,6 +174,33 @@ def _base_line(inventory: Path, cwd: Path) -> list[str]:
     proc = sparkops("render", "--inventory", str(inventory), "--out", "out", limit=60, cwd=cwd)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     return [line for line in proc.stdout.splitlines() if line.startswith("vLLM base image: ")]
+
+
+def test_a_profile_names_its_own_base_and_the_inventory_s_wins(tmp_path: Path) -> None:
+    """Issue 24 item 1: a profile may name the arm64 vLLM image it was measured on; the render
+    builds FROM it (pinned like the default) and says whose choice it is; the inventory's
+    vllm_serving_base_image still wins."""
+    profile = yaml.safe_load((PROFILES / "gb10-gemma4-12b-fp8.yaml").read_text())
+    profile.update(name="lab-gemma", base_image="lab/vllm-gb10:26.01")
+    (tmp_path / "lab.yaml").write_text(yaml.safe_dump(profile))
+    inventory = make_inventory(tmp_path / "inv", "single")
+    _with_vars(inventory, vllm_serving_profile=str(tmp_path / "lab.yaml"))
+    [line] = _base_line(inventory, tmp_path)
+    assert line.startswith("vLLM base image: lab/vllm-gb10:26.01, no digest pinned yet: ")
+    assert line.endswith(". The lab-gemma profile names this base")
+    record = json.loads((tmp_path / "out" / "spark-1" / "stack-record.json").read_text())
+    assert record["base_image"] == "lab/vllm-gb10:26.01"
+
+    _with_vars(inventory, vllm_serving_base_image="site/vllm:1")
+    [line] = _base_line(inventory, tmp_path)
+    assert line.startswith("vLLM base image: site/vllm:1, no digest pinned yet: ")
+    assert "profile names" not in line
+    # a profile may not carry a digest in its base: the deploy pins one
+    profile["base_image"] = "lab/vllm-gb10@sha256:" + "ab" * 32
+    (tmp_path / "lab.yaml").write_text(yaml.safe_dump(profile))
+    (tmp_path / "again").mkdir()
+    message = _refused("--inventory", str(inventory), cwd=tmp_path / "again")
+    assert "base_image" in message
 
 
 def test_render_says_which_base_image_and_digest_the_deploy_builds_from(tmp_path: Path) -> None:

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from sparkops import versions
+from sparkops.profiles import load_profile
 from sparkops.render.settings import RouterVars, ServingVars
+from sparkops.render.stack import effective_base
 
 REPO = Path(__file__).resolve().parents[2]
 PINS_FILE = REPO / "src" / "sparkops" / "versions.env"
@@ -49,8 +51,9 @@ def test_a_malformed_line_is_refused_by_name() -> None:
 
 
 def test_empty_role_defaults_mean_the_pins() -> None:
-    assert ServingVars().base_image == f"vllm/vllm-openai:v{versions.VLLM_VERSION}"
-    assert ServingVars(base_image="lab/vllm:1").base_image == "lab/vllm:1"
+    gb10 = load_profile("gb10-gemma4-12b-fp8")
+    assert effective_base(ServingVars(), gb10) == f"vllm/vllm-openai:v{versions.VLLM_VERSION}"
+    assert effective_base(ServingVars(base_image="lab/vllm:1"), gb10) == "lab/vllm:1"
     assert RouterVars().version == versions.LITELLM_VERSION
     assert RouterVars(version="").version == versions.LITELLM_VERSION
     assert RouterVars(version="1.2.3").version == "1.2.3"

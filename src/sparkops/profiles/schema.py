@@ -70,5 +70,15 @@ class Profile(BaseModel):
             "Empty: the kit's image, sparkops/vllm:gb10 or sparkops/vllm:cpu."
         ),
     )
+    base_image: str = Field(
+        default="",
+        pattern=r"^[^\s@]*$",
+        description=(
+            "The arm64 vLLM image the kit's sparkops/vllm:gb10 is built FROM for this profile, "
+            "where it is not the kit's default (the upstream image of the kit's vLLM pin). The "
+            "deploy pins it by digest like the default; the inventory's vllm_serving_base_image "
+            "wins over it."
+        ),
+    )
     vllm: VllmArgs
     env: dict[str, str] = Field(default_factory=dict)

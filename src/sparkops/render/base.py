@@ -31,7 +31,14 @@ def _locked(path: Path) -> dict[str, Any]:
 
 def base_note(stack: HostStack, hostvars: dict[str, Any], inventory_dir: Path) -> str | None:
     """One sentence on the base image this host's kit image is built from (None: the stack
-    runs an image the kit does not build)."""
+    runs an image the kit does not build), and whose choice it is when the profile's."""
+    note = _base_sentence(stack, hostvars, inventory_dir)
+    if note and not hostvars.get("vllm_serving_base_image") and stack.profile.base_image:
+        note += f". The {stack.profile.name} profile names this base"
+    return note
+
+
+def _base_sentence(stack: HostStack, hostvars: dict[str, Any], inventory_dir: Path) -> str | None:
     build = required_images(stack)[0]["build"]
     if not build or build["context"] != "vllm":
         return None

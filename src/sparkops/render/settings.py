@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkops.errors import UserError
-from sparkops.versions import LITELLM_VERSION, VLLM_BASE_IMAGE
+from sparkops.versions import LITELLM_VERSION
 
 
 class _Strict(BaseModel):
@@ -77,8 +77,9 @@ class ServingVars(_Strict):
     build_dir: str = "/opt/sparkops/build"
     # docker/vllm's base: an arm64 vLLM image and its digest (required to build: a moving tag
     # changed vLLM's defaults under other kits). Read it with `docker buildx imagetools inspect`.
-    # Empty: the upstream image of the kit's vLLM pin (src/sparkops/versions.env).
-    base_image: str = Field(default="", validate_default=True)
+    # Empty: the profile's base_image, else the upstream image of the kit's vLLM pin
+    # (src/sparkops/versions.env); render.stack.plan_stack decides (effective_base).
+    base_image: str = ""
     base_digest: str = Field(default="", pattern=r"^(sha256:[0-9a-f]{64})?$")
     # The whole-host memory guard (sparkops.plan.guard): decimal GB; see the role's defaults.
     memory_guard: bool = True
@@ -91,11 +92,6 @@ class ServingVars(_Strict):
     memory_wsl_linux_gb: float = Field(default=8.0, ge=0)
     memory_meminfo_path: str = Field(default="/proc/meminfo", pattern=r"^/[^\s'\"$`\\]*$")
     memory_nvidia_smi: str = Field(default="nvidia-smi", pattern=r"^[^\s'\"$`\\]+$")
-
-    @field_validator("base_image")
-    @classmethod
-    def _pinned_base(cls, value: str) -> str:
-        return value or VLLM_BASE_IMAGE
 
     @field_validator("model_dir")
     @classmethod

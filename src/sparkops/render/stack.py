@@ -36,7 +36,7 @@ from sparkops.render.settings import (
     topology_named,
 )
 from sparkops.units import GIB
-from sparkops.versions import RAY_VERSION
+from sparkops.versions import RAY_VERSION, VLLM_BASE_IMAGE
 
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 # The kit's own images and the docker/ folder each is built from (on the host, by the deploy).
@@ -219,6 +219,12 @@ def _check_host_count(topology: str, hosts: list[str], named: tuple[str, str]) -
     )
 
 
+def effective_base(serving: ServingVars, profile: Profile) -> str:
+    """The image docker/vllm is built FROM: the inventory's, else the profile's, else the
+    upstream image of the kit's vLLM pin."""
+    return serving.base_image or profile.base_image or VLLM_BASE_IMAGE
+
+
 def plan_stack(
     inv: Inventory,
     *,
@@ -251,6 +257,7 @@ def plan_stack(
             pipeline_parallel=stages,
         )
         check_profile(profile, facts)
+        serving = serving.model_copy(update={"base_image": effective_base(serving, profile)})
         stacks[host] = HostStack(host, "single", serving, profile, {}, sec, stages=stages)
     if topology == "single":
         only = stacks[hosts[0]]
