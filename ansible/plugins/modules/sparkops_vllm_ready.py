@@ -95,21 +95,29 @@ def read_api_key(path: str) -> str:
     return ""
 
 
-def container_state(name: str) -> dict:
-    """Docker's .State of the container, {"Status": "absent"} when there is none, or
-    {"Status": "unknown", "Error": ...} when Docker cannot be asked."""
-    if not name:
-        return {"Status": "none"}
+def docker_inspect(name: str, template: str) -> subprocess.CompletedProcess[str] | str:
+    """`docker inspect` of the container with a Go template, or why Docker could not be asked
+    (no docker command on the host, no answer in 30 s)."""
     try:
-        done = subprocess.run(
-            ["docker", "inspect", "--type", "container", "--format", "{{json .State}}", name],
+        return subprocess.run(
+            ["docker", "inspect", "--type", "container", "--format", template, name],
             capture_output=True,
             text=True,
             timeout=30,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as err:
-        return {"Status": "unknown", "Error": str(err)}
+        return str(err)
+
+
+def container_state(name: str) -> dict:
+    """Docker's .State of the container, {"Status": "absent"} when there is none, or
+    {"Status": "unknown", "Error": ...} when Docker cannot be asked."""
+    if not name:
+        return {"Status": "none"}
+    done = docker_inspect(name, "{{json .State}}")
+    if isinstance(done, str):
+        return {"Status": "unknown", "Error": done}
     if done.returncode != 0:
         if "No such" in done.stderr:
             return {"Status": "absent"}
@@ -123,17 +131,10 @@ def container_state(name: str) -> dict:
 def restart_count(name: str) -> int:
     """How often Docker restarted the container (its policy is unless-stopped); 0 when Docker
     cannot be asked (no docker command on the host: container_state says so)."""
-    try:
-        done = subprocess.run(
-            ["docker", "inspect", "--type", "container", "--format", "{{.RestartCount}}", name],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    done = docker_inspect(name, "{{.RestartCount}}")
+    if isinstance(done, str) or done.returncode != 0 or not done.stdout.strip():
         return 0
-    return int(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else 0
+    return int(done.stdout.strip())
 
 
 def log_tail(name: str, lines: int) -> str:

@@ -44,12 +44,17 @@ def hf_home() -> Path:
     return Path(os.environ.get("HF_HOME", "/root/.cache/huggingface"))
 
 
-def record_dir() -> Path:
-    return hf_home() / "sparkops-models"
+def slug(repo: str) -> str:
+    """A repo id as huggingface_hub and the fetcher's records name it in a path."""
+    return repo.replace("/", "--")
 
 
-def record_path(repo: str, suffix: str) -> Path:
-    return record_dir() / (repo.replace("/", "--") + suffix)
+def record_dir(home: Path | None = None) -> Path:
+    return (home or hf_home()) / "sparkops-models"
+
+
+def record_path(repo: str, suffix: str, home: Path | None = None) -> Path:
+    return record_dir(home) / (slug(repo) + suffix)
 
 
 def missing_files(snapshot: Path, sizes: dict[str, int]) -> list[str]:
@@ -110,11 +115,8 @@ def fetch(repo: str, revision: str | None) -> int:
     if wrong:
         print(f"{repo}: after the download {len(wrong)} file(s) are incomplete: {wrong[:3]}")
         return INCOMPLETE
-    where = (
-        str(snapshot.relative_to(hf_home()))
-        if snapshot.is_relative_to(hf_home())
-        else str(snapshot)
-    )
+    home = hf_home()
+    where = str(snapshot.relative_to(home)) if snapshot.is_relative_to(home) else str(snapshot)
     record = {"repo": repo, "revision": info.sha, "snapshot": where, "files": sizes}
     record_path(repo, ".json").write_text(json.dumps(record, indent=1, sort_keys=True))
     print(f"{repo}: downloaded and verified ({len(sizes)} files, revision {info.sha})")
@@ -135,10 +137,8 @@ def job_ended(job_file: Path) -> bool:
     """Whether Ansible's async wrapper has written the job's final result."""
     try:
         return bool(json.loads(job_file.read_text()).get("finished", 1))
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):  # not started yet, or the wrapper is writing it
         return False
-    except ValueError:
-        return False  # the wrapper is writing it
 
 
 def wait(repo: str, cache: Path, job_file: Path, seconds: float) -> int:
@@ -148,10 +148,9 @@ def wait(repo: str, cache: Path, job_file: Path, seconds: float) -> int:
     while not ended and time.monotonic() < deadline:
         time.sleep(1.0)
         ended = job_ended(job_file)
-    slug = repo.replace("/", "--")
-    done = bytes_under(cache / "hub" / f"models--{slug}")
+    done = bytes_under(cache / "hub" / f"models--{slug(repo)}")
     try:
-        total = int((cache / "sparkops-models" / f"{slug}.total").read_text())
+        total = int(record_path(repo, ".total", cache).read_text())
     except (OSError, ValueError):
         total = 0
     of = f" of {total / 1e9:.2f} GB ({100 * done // total}%)" if total > 0 else ""
