@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sparkops import json_codec
 from sparkops.errors import JobStopped
 from sparkops.files import NO_SPACE, WriteFailed, open_private, write_atomic
 from sparkops.privacy import redact
@@ -28,16 +29,12 @@ from sparkops.privacy import redact
 def dumps_line(obj: dict[str, Any]) -> bytes:
     """One JSON line, UTF-8.
 
-    Text is kept readable (ensure_ascii=False), but a lone surrogate (a JSON input may carry
-    `"\\ud800"` in an id or field) cannot be encoded as UTF-8; such a line is written with
-    \\u escapes instead, which is still valid UTF-8 JSON and reads back to the same string,
-    so that record can finish and be recognised on resume.
+    Text is kept readable, but a lone surrogate (a JSON input may carry `"\\ud800"` in an id
+    or field) cannot be encoded as UTF-8; such a line is written with \\u escapes instead
+    (sparkops/json_codec.py), which is still valid UTF-8 JSON and reads back to the same
+    string, so that record can finish and be recognised on resume.
     """
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return (json.dumps(obj, separators=(",", ":")) + "\n").encode("ascii")
+    return json_codec.encode(obj) + b"\n"
 
 
 def write_all(fd: int, data: bytes, path: Path) -> None:
@@ -173,7 +170,7 @@ def iter_json_lines(path: Path) -> Iterator[dict[str, Any]]:
             if not raw.endswith("\n"):
                 break
             try:
-                obj = json.loads(raw)
+                obj = json_codec.decode(raw)
             except ValueError:
                 continue
             if isinstance(obj, dict):

@@ -18,13 +18,13 @@ record ends is written by batch/fate.py. A failure that is the server's never en
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 
+from sparkops import json_codec
 from sparkops.batch.admission import Admission
 from sparkops.batch.calls import send
 from sparkops.batch.checks import Checks
@@ -257,5 +257,5 @@ class Engine:
             url_path, body = self.workload.request(state, self.default_model)
         except RecordError as err:
             return state, record_failure(f"line {state.record.line}: {err}")
-        payload = json.dumps(body).encode()
+        payload = json_codec.encode(body)
         return state, await send(self, url_path, payload, state.record.id)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sparkops import json_codec
 from sparkops.errors import UserError
 
 InputKind = Literal["jsonl", "csv", "openai"]
@@ -178,7 +179,7 @@ def _read_jsonl(
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
+            obj = json_codec.decode(raw)
         except json.JSONDecodeError as err:
             yield InputProblem(n, f"line {n}: not valid JSON ({err.msg})", reason="unreadable")
             continue

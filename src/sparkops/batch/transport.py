@@ -9,12 +9,12 @@ nothing about retries or records: the engine reads the outcome's kind.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import replace
 
 import aiohttp
 
+from sparkops import json_codec
 from sparkops.batch.connections import ConnectionRecycler, ConnectPacer
 from sparkops.batch.endpoints import Endpoint, EndpointPool
 from sparkops.batch.outcome import (
@@ -82,7 +82,7 @@ class Transport:
             now = time.monotonic()
             pool.call_ended(ep, now, answered, now - started, timed_out)
         try:
-            body = json.loads(raw) if raw else None
+            body = json_codec.decode(raw) if raw else None
         except ValueError:
             body = None
         if status == 200:
