@@ -46,10 +46,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_responder() -> Iterator[str]:
-    """The minimal local HTTP responder in a subprocess on a free port; yields its base URL."""
+def running_responder(shape: list[str]) -> Iterator[str]:
+    """The minimal local HTTP responder in a subprocess on a free port; yields its base URL.
+    `shape`: its options (`--hold-ms MS`, `--vllm-body`)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE / "client_responder.py"), str(port)])
+    proc = subprocess.Popen([sys.executable, str(HERE / "client_responder.py"), str(port), *shape])
     try:
         base = f"http://127.0.0.1:{port}"
         for _ in range(100):
@@ -172,8 +173,9 @@ def measure(
 
 
 def profile(base: str, n: int, concurrency: int, model: str, out: Path) -> None:
-    """cProfile of one kit job (the hot path: self time first, then cumulative)."""
-    prof = cProfile.Profile()
+    """cProfile of one kit job in CPU time (waiting in epoll is not the client's cost): the
+    hot path, self time first, then cumulative."""
+    prof = cProfile.Profile(time.process_time)
     with tempfile.TemporaryDirectory() as tmp:
         prof.enable()
         us = asyncio.run(sparkops_job(base, n, concurrency, model, Path(tmp)))
@@ -205,10 +207,17 @@ def main() -> None:
         help="the kit's requests per kept-alive connection (0: never recycle)",
     )
     ap.add_argument("--no-local", action="store_true", help="skip the local responder")
+    ap.add_argument(
+        "--hold-ms", type=float, default=0.0, help="the local responder holds each answer this long"
+    )
+    ap.add_argument(
+        "--vllm-body", action="store_true", help="the local responder answers vLLM's fields"
+    )
     ap.add_argument("--profile", type=Path, help="also profile one kit job, top 40 to this file")
     args = ap.parse_args()
     if not args.no_local:
-        with running_responder() as base:
+        shape = [f"--hold-ms={args.hold_ms}"] + (["--vllm-body"] if args.vllm_body else [])
+        with running_responder(shape) as base:
             measure(
                 "local responder",
                 base,
@@ -218,6 +227,8 @@ def main() -> None:
                 args.rounds,
                 args.recycle_every,
             )
+            if args.profile and not args.vllm:
+                profile(base, args.requests, args.concurrency, "tiny", args.profile)
     if args.vllm:
         base = args.vllm.rstrip("/").removesuffix("/v1")
         model = served_model(base)
