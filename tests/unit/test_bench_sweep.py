@@ -17,6 +17,7 @@ from sparkops.bench.sweep import (
     with_predictions,
 )
 from sparkops.errors import UserError
+from sparkops.metrics.timeline import TimelineSample
 from sparkops.plan.decode import parse_levels
 
 
@@ -33,20 +34,22 @@ def samples(endpoint: str, t0: float, t1: float, *, prompt=1000, hits=900, gen=5
     out = []
     for k, t in enumerate(range(int(t0), int(t1) + 1)):
         out.append(
-            {
-                "t": float(t),
-                "run": 1,
-                "endpoint": endpoint,
-                "v": {
-                    "prompt_tokens": base + prompt * k,
-                    "prefix_cache_queries": base + prompt * k,
-                    "prefix_cache_hits": base + hits * k,
-                    "generation_tokens": base + gen * k,
-                    "preemptions": float(k // 10),
-                    "kv_cache_usage": min(0.5, 0.02 * k),
-                    "waiting": 3.0 if k == 5 else 0.0,
-                },
-            }
+            TimelineSample.from_json(
+                {
+                    "t": float(t),
+                    "run": 1,
+                    "endpoint": endpoint,
+                    "v": {
+                        "prompt_tokens": base + prompt * k,
+                        "prefix_cache_queries": base + prompt * k,
+                        "prefix_cache_hits": base + hits * k,
+                        "generation_tokens": base + gen * k,
+                        "preemptions": float(k // 10),
+                        "kv_cache_usage": min(0.5, 0.02 * k),
+                        "waiting": 3.0 if k == 5 else 0.0,
+                    },
+                }
+            )
         )
     return out
 
@@ -75,9 +78,9 @@ def test_two_backends_sum_and_survive_a_restart():
     two = samples("b", 95, 120, prompt=500, hits=250, gen=30)
     # Backend b restarts at t=110: its counters fall back near zero and climb again.
     for s in two:
-        if s["t"] >= 110:
-            k = s["t"] - 110 + 1
-            s["v"].update(
+        if s.t >= 110:
+            k = s.t - 110 + 1
+            s.v.update(
                 prompt_tokens=500 * k,
                 prefix_cache_queries=500 * k,
                 prefix_cache_hits=250 * k,
@@ -99,17 +102,19 @@ def test_computed_prompt_reads_the_counted_together_pair():
     for k, t in enumerate(range(95, 126)):
         burst = 10_000.0 * ((k + 1) // 2)  # prompt_tokens jumps every other second
         out.append(
-            {
-                "t": float(t),
-                "run": 1,
-                "endpoint": "a",
-                "v": {
-                    "prompt_tokens": burst,
-                    "prefix_cache_queries": 5_000.0 * k,
-                    "prefix_cache_hits": 4_900.0 * k,
-                    "generation_tokens": 50.0 * k,
-                },
-            }
+            TimelineSample.from_json(
+                {
+                    "t": float(t),
+                    "run": 1,
+                    "endpoint": "a",
+                    "v": {
+                        "prompt_tokens": burst,
+                        "prefix_cache_queries": 5_000.0 * k,
+                        "prefix_cache_hits": 4_900.0 * k,
+                        "generation_tokens": 50.0 * k,
+                    },
+                }
+            )
         )
     lv = summarise_level(240, results(20), out)
     assert lv.computed_prompt_tok_s == pytest.approx(100.0)

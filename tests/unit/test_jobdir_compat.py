@@ -49,7 +49,9 @@ def read_all(directory: Path) -> dict[str, Any]:
     """Everything the commands read from a job folder, in the expected files' shape."""
     log = serving.ServingLog.load(directory)
     level = summarise_level(
-        8, read_lines(directory / "results.jsonl"), read_lines(directory / "timeline.jsonl")
+        8,
+        read_lines(directory / "results.jsonl"),
+        list(lines.timeline_samples(directory / "timeline.jsonl")),
     )
     setup = load_setup(directory)
     assert setup is not None

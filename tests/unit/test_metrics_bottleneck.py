@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparkops.metrics.bottleneck import name_bottleneck
-from sparkops.metrics.timeline import Window
+from sparkops.metrics.timeline import TimelineSample, Window
 
 
 def timeline(
@@ -18,29 +18,31 @@ def timeline(
     cpu_per_s: float = 0.3,
     endpoints: tuple[str, ...] = ("a",),
     seconds: int = 30,
-) -> list[dict]:
+) -> list[TimelineSample]:
     """One line per backend per second, as the batch job writes timeline.jsonl; `running` and
     `waiting` are split evenly over the backends (the rule adds them up again)."""
     lines = []
     for k in range(seconds + 1):
         for ep in endpoints:
             lines.append(
-                {
-                    "t": 1000.0 + k,
-                    "run": 1,
-                    "endpoint": ep,
-                    "v": {
-                        "running": running / len(endpoints),
-                        "waiting": waiting / len(endpoints),
-                        "kv_cache_usage": kv,
-                        "preemptions": preempt_per_s * k,
-                        "prefix_cache_queries": 1000.0 * k,
-                        "prefix_cache_hits": 900.0 * k,
-                    },
-                    "done": 10 * k,
-                    "in_flight": in_flight,
-                    "cpu_s": 5.0 + cpu_per_s * k,
-                }
+                TimelineSample.from_json(
+                    {
+                        "t": 1000.0 + k,
+                        "run": 1,
+                        "endpoint": ep,
+                        "v": {
+                            "running": running / len(endpoints),
+                            "waiting": waiting / len(endpoints),
+                            "kv_cache_usage": kv,
+                            "preemptions": preempt_per_s * k,
+                            "prefix_cache_queries": 1000.0 * k,
+                            "prefix_cache_hits": 900.0 * k,
+                        },
+                        "done": 10 * k,
+                        "in_flight": in_flight,
+                        "cpu_s": 5.0 + cpu_per_s * k,
+                    }
+                )
             )
     return lines
 
@@ -94,8 +96,8 @@ def test_fewer_records_than_concurrency_is_not_the_client():
 def test_only_the_window_counts():
     lines = timeline(in_flight=960, running=960, preempt_per_s=0.0)
     for line in lines:  # preemptions only after the window
-        if line["t"] > 1026:
-            line["v"]["preemptions"] = 50.0
+        if line.t > 1026:
+            line.v["preemptions"] = 50.0
     assert name_bottleneck(lines, 960, WINDOW).kind == "engine"
     assert name_bottleneck(lines, 960, None).kind == "kv-cache"
 

@@ -9,17 +9,19 @@ import pytest
 
 from sparkops.batch.durable import append_json
 from sparkops.batch.jobdir import Manifest, prepare_dir
-from sparkops.metrics.timeline import counter_increase, hit_rate, steady_window
+from sparkops.metrics.timeline import TimelineSample, counter_increase, hit_rate, steady_window
 from sparkops.report.render import write_report
 
 
 def sample(t, ep, q, h, run=1, **extra):
-    return {
-        "t": t,
-        "run": run,
-        "endpoint": ep,
-        "v": {"prefix_cache_queries": q, "prefix_cache_hits": h, **extra},
-    }
+    return TimelineSample.from_json(
+        {
+            "t": t,
+            "run": run,
+            "endpoint": ep,
+            "v": {"prefix_cache_queries": q, "prefix_cache_hits": h, **extra},
+        }
+    )
 
 
 def test_counter_increase_survives_a_server_restart():
@@ -33,7 +35,7 @@ def test_hit_rate_sums_backends_and_skips_failed_scrapes():
         sample(10, "a", 1100, 950),
         sample(0, "b", 0, 0),
         sample(10, "b", 1000, 800),
-        {"t": 5, "run": 1, "endpoint": "b", "v": {}},
+        TimelineSample.from_json({"t": 5, "run": 1, "endpoint": "b", "v": {}}),
     ]
     assert hit_rate(samples) == pytest.approx((900 + 800) / (1000 + 1000))
     assert hit_rate([sample(0, "a", 5, 5)]) is None
@@ -191,7 +193,7 @@ def make_job(tmp_path, runs, records=None, error_lines=0, samples=()):
                     + "\n"
                 )
     for s in samples:
-        append_json(job / "timeline.jsonl", s)
+        append_json(job / "timeline.jsonl", s.to_json())
     return job
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from sparkops.batch.durable import iter_json_lines
+from sparkops.metrics.timeline import TimelineSample as TimelineSample  # the sampler's writer
 
 
 class LineKey(NamedTuple):
@@ -189,25 +190,13 @@ def run_events(path: Path) -> Iterator[RunEvent]:
 
 
 # ---- timeline samples (timeline.jsonl) ----------------------------------------------------------
-@dataclass(slots=True)
-class TimelineSample:
-    """One /metrics sample of one endpoint, with the job's progress at that moment."""
+# The record is metrics/timeline.py's (the maths below `batch` reads it); written by the job's
+# sampler (batch/sampler.py), read here.
 
-    t: float
-    run: int
-    endpoint: str
-    v: dict[str, float]
-    done: int
-    in_flight: int
-    cpu_s: float  # the client's own CPU seconds so far (metrics/bottleneck.py)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "t": self.t,
-            "run": self.run,
-            "endpoint": self.endpoint,
-            "v": self.v,
-            "done": self.done,
-            "in_flight": self.in_flight,
-            "cpu_s": self.cpu_s,
-        }
+def timeline_samples(path: Path) -> Iterator[TimelineSample]:
+    """Every sample of `path` that has a time (a line without one cannot be placed)."""
+    for obj in iter_json_lines(path):
+        sample = TimelineSample.from_json(obj)
+        if sample is not None:
+            yield sample

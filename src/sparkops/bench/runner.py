@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkops.batch import lines
 from sparkops.batch.durable import iter_json_lines
 from sparkops.batch.endpoints import normalise_base
 from sparkops.batch.job import JobConfig, run_job
@@ -185,7 +186,7 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
             summarise_level(
                 concurrency,
                 read_lines(directory / RESULTS),
-                read_lines(directory / TIMELINE),
+                list(lines.timeline_samples(directory / TIMELINE)),
             )
         )
 

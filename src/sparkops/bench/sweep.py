@@ -25,6 +25,7 @@ from typing import Any
 from sparkops.batch.lines import succeeded
 from sparkops.metrics.bottleneck import name_bottleneck
 from sparkops.metrics.timeline import (
+    TimelineSample,
     Window,
     counter_total,
     gauge_max,
@@ -95,13 +96,13 @@ def per_record_tokens(
 def summarise_level(
     concurrency: int,
     results: Sequence[dict[str, Any]],
-    samples: Sequence[dict[str, Any]],
+    samples: Sequence[TimelineSample],
 ) -> LevelSummary:
     """The sweep row for one level from its results and timeline lines."""
     finish = sorted(float(r["t"]) for r in results if isinstance(r.get("t"), (int, float)))
     done = sum(1 for r in results if succeeded(r))
     errors = len(results) - done
-    sample_times = [float(s["t"]) for s in samples if "t" in s]
+    sample_times = [s.t for s in samples]
     begin = min([*sample_times[:1], *finish[:1]]) if (sample_times or finish) else None
     elapsed = finish[-1] - begin if finish and begin is not None else None
     whole = len(finish) / elapsed * 60.0 if elapsed else None

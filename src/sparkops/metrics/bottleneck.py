@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from sparkops.metrics.timeline import Window, counter_increase, series_by_backend
+from sparkops.metrics.timeline import TimelineSample, Window, counter_increase, series_by_backend
 
 Kind = Literal["client", "kv-cache", "front-end", "engine", "unknown"]
 
@@ -71,20 +71,20 @@ class Bottleneck:
         return asdict(self)
 
 
-def _ticks(samples: Sequence[dict[str, Any]], window: Window | None) -> list[dict[str, float]]:
+def _ticks(samples: Sequence[TimelineSample], window: Window | None) -> list[dict[str, float]]:
     """Backends added up per (run, time) tick, inside the window when it holds any."""
-    per: dict[tuple[Any, float], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    per: dict[tuple[int, float], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for s in samples:
-        v = s.get("v")
-        if not v or not isinstance(s.get("t"), (int, float)):
+        v = s.v
+        if not v:
             continue
-        tick = per[(s.get("run"), s["t"])]
-        tick["t"] = s["t"]
+        tick = per[(s.run, s.t)]
+        tick["t"] = s.t
         tick["running"] += v.get("running", 0.0)
         tick["waiting"] += v.get("waiting", 0.0)
         tick["kv"] = max(tick["kv"], v.get("kv_cache_usage", 0.0))
-        if isinstance(s.get("in_flight"), (int, float)):
-            tick["in_flight"] = s["in_flight"]
+        if s.in_flight is not None:
+            tick["in_flight"] = s.in_flight
     ticks = sorted(per.values(), key=lambda t: t["t"])
     if window is not None:
         inside = [t for t in ticks if window.start <= t["t"] <= window.end]
@@ -93,15 +93,14 @@ def _ticks(samples: Sequence[dict[str, Any]], window: Window | None) -> list[dic
     return ticks
 
 
-def _client_cpu(samples: Sequence[dict[str, Any]], window: Window | None) -> float | None:
+def _client_cpu(samples: Sequence[TimelineSample], window: Window | None) -> float | None:
     """The client's CPU seconds per wall second over the window (one series per run)."""
-    runs: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+    runs: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for s in samples:
-        t, cpu_s = s.get("t"), s.get("cpu_s")
-        if not isinstance(t, (int, float)) or not isinstance(cpu_s, (int, float)):
+        if s.cpu_s is None:
             continue
-        if window is None or window.start <= t <= window.end:
-            runs[s.get("run")].append((t, cpu_s))
+        if window is None or window.start <= s.t <= window.end:
+            runs[s.run].append((s.t, s.cpu_s))
     cpu = wall = 0.0
     for points in runs.values():
         points = sorted(set(points))
@@ -112,14 +111,14 @@ def _client_cpu(samples: Sequence[dict[str, Any]], window: Window | None) -> flo
     return cpu / wall if wall > 0 else None
 
 
-def _preemptions(samples: Sequence[dict[str, Any]], window: Window | None) -> float | None:
+def _preemptions(samples: Sequence[TimelineSample], window: Window | None) -> float | None:
     total = 0.0
     found = False
     for series in series_by_backend(samples).values():
         vals = [
-            s["v"]["preemptions"]
+            s.v["preemptions"]
             for s in series
-            if "preemptions" in s["v"] and (window is None or window.start <= s["t"] <= window.end)
+            if "preemptions" in s.v and (window is None or window.start <= s.t <= window.end)
         ]
         if vals:
             found = True
@@ -133,7 +132,7 @@ def _median(ticks: list[dict[str, float]], key: str) -> float | None:
 
 
 def name_bottleneck(
-    samples: Sequence[dict[str, Any]],
+    samples: Sequence[TimelineSample],
     concurrency: int,
     window: Window | None = None,
     records: int | None = None,

@@ -1,6 +1,7 @@
 """The maths of a job's timeline: counter deltas, hit rate, steady-state rates.
 
-Pure functions over plain samples, so the report can be recomputed from the job directory
+Pure functions over timeline samples (`TimelineSample`, one line of timeline.jsonl; read and
+written through batch/lines.py), so the report can be recomputed from the job directory
 alone, over every run of a resumed job. vLLM counters are cumulative since server start and
 reset when a server restarts; every delta here sums only increases, and treats a drop as a
 restart (the new value counts from zero).
@@ -26,6 +27,58 @@ GAUGES = ("kv_cache_usage", "running", "waiting")
 TOKEN_COUNTERS = ("prefix_cache_queries", "prefix_cache_hits", "prompt_tokens", "generation_tokens")
 
 
+@dataclass(slots=True)
+class TimelineSample:
+    """One /metrics sample of one endpoint, with the job's progress at that moment.
+
+    `v` is empty for a failed scrape. `done`, `in_flight` and `cpu_s` (the client's own CPU
+    seconds so far, metrics/bottleneck.py) are None in lines of older clients that lacked
+    them. Defined here, below `batch`, because every function of this module reads it.
+    """
+
+    t: float
+    run: int
+    endpoint: str
+    v: dict[str, float]
+    done: int | None
+    in_flight: int | None
+    cpu_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "t": self.t,
+            "run": self.run,
+            "endpoint": self.endpoint,
+            "v": self.v,
+            "done": self.done,
+            "in_flight": self.in_flight,
+            "cpu_s": self.cpu_s,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> TimelineSample | None:
+        """A line read back; None when it has no time (nothing can place it)."""
+        t = _number(obj.get("t"))
+        if t is None:
+            return None
+        v = obj.get("v")
+        run = obj.get("run")
+        done, in_flight = _number(obj.get("done")), _number(obj.get("in_flight"))
+        return cls(
+            t,
+            run if isinstance(run, int) and not isinstance(run, bool) else 0,
+            str(obj.get("endpoint", "")),
+            {k: x for k, x in v.items() if _number(x) is not None} if isinstance(v, dict) else {},
+            None if done is None else int(done),
+            None if in_flight is None else int(in_flight),
+            _number(obj.get("cpu_s")),
+        )
+
+
+def _number(x: Any) -> float | None:
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
 def counter_increase(values: Sequence[float]) -> float:
     """Total increase of a counter over consecutive samples, surviving resets."""
     total = 0.0
@@ -35,35 +88,38 @@ def counter_increase(values: Sequence[float]) -> float:
 
 
 def series_by_backend(
-    samples: Iterable[dict[str, Any]],
-) -> dict[tuple[Any, str], list[dict[str, Any]]]:
+    samples: Iterable[TimelineSample],
+) -> dict[tuple[int, str], list[TimelineSample]]:
     """Samples grouped per (run, endpoint), in time order, failed scrapes dropped."""
-    groups: dict[tuple[Any, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[int, str], list[TimelineSample]] = defaultdict(list)
     for s in samples:
-        if s.get("v"):
-            groups[(s.get("run"), s.get("endpoint", ""))].append(s)
+        if s.v:
+            groups[(s.run, s.endpoint)].append(s)
     for g in groups.values():
-        g.sort(key=lambda s: s["t"])
+        g.sort(key=lambda s: s.t)
     return groups
 
 
 def counter_total(
-    samples: Iterable[dict[str, Any]], name: str, t0: float | None = None, t1: float | None = None
+    samples: Iterable[TimelineSample],
+    name: str,
+    t0: float | None = None,
+    t1: float | None = None,
 ) -> float:
     """Increase of counter `name` summed over backends (and runs), optionally within [t0, t1]."""
     total = 0.0
     for series in series_by_backend(samples).values():
         vals = [
-            s["v"][name]
+            s.v[name]
             for s in series
-            if name in s["v"] and (t0 is None or s["t"] >= t0) and (t1 is None or s["t"] <= t1)
+            if name in s.v and (t0 is None or s.t >= t0) and (t1 is None or s.t <= t1)
         ]
         total += counter_increase(vals)
     return total
 
 
 def hit_rate(
-    samples: Sequence[dict[str, Any]], t0: float | None = None, t1: float | None = None
+    samples: Sequence[TimelineSample], t0: float | None = None, t1: float | None = None
 ) -> float | None:
     """Σ Δhits / Σ Δqueries over every backend: the run's prefix cache hit rate (tokens)."""
     queries = counter_total(samples, "prefix_cache_queries", t0, t1)
@@ -72,8 +128,8 @@ def hit_rate(
     return counter_total(samples, "prefix_cache_hits", t0, t1) / queries
 
 
-def gauge_max(samples: Iterable[dict[str, Any]], name: str) -> float | None:
-    vals = [s["v"][name] for s in samples if s.get("v") and name in s["v"]]
+def gauge_max(samples: Iterable[TimelineSample], name: str) -> float | None:
+    vals = [s.v[name] for s in samples if name in s.v]
     return max(vals) if vals else None
 
 
@@ -134,7 +190,7 @@ def completion_rate_series(
 
 
 def hit_rate_series(
-    samples: Sequence[dict[str, Any]], start: float
+    samples: Sequence[TimelineSample], start: float
 ) -> tuple[list[float], list[float]]:
     """Hit rate between consecutive samples, summed over backends, at each sample's time.
 
@@ -147,11 +203,11 @@ def hit_rate_series(
     for series in series_by_backend(samples).values():
         for prev, cur in itertools.pairwise(series):
             names = ("prefix_cache_queries", "prefix_cache_hits")
-            if not all(n in prev["v"] and n in cur["v"] for n in names):
+            if not all(n in prev.v and n in cur.v for n in names):
                 continue
-            q = counter_increase([prev["v"][names[0]], cur["v"][names[0]]])
-            queries[cur["t"]] += q
-            hits[cur["t"]] += counter_increase([prev["v"][names[1]], cur["v"][names[1]]])
+            q = counter_increase([prev.v[names[0]], cur.v[names[0]]])
+            queries[cur.t] += q
+            hits[cur.t] += counter_increase([prev.v[names[1]], cur.v[names[1]]])
     times = sorted(t for t, q in queries.items() if q > 0)
     return [t - start for t in times], [hits[t] / queries[t] for t in times]
 
@@ -221,19 +277,19 @@ def _add(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a + b
 
 
-def _in_window(series: list[dict[str, Any]], w: Window) -> list[dict[str, Any]]:
+def _in_window(series: list[TimelineSample], w: Window) -> list[TimelineSample]:
     """A backend's samples inside [w.start, w.end]; when fewer than two fall inside (a window
     shorter than the sampling interval), the two samples that bracket it instead."""
-    inside = [s for s in series if w.start <= s["t"] <= w.end]
+    inside = [s for s in series if w.start <= s.t <= w.end]
     if len(inside) >= 2:
         return inside
-    before = [s for s in series if s["t"] <= w.start][-1:]
-    after = [s for s in series if s["t"] >= w.end][:1]
+    before = [s for s in series if s.t <= w.start][-1:]
+    after = [s for s in series if s.t >= w.end][:1]
     return before + after if before and after else inside
 
 
 def steady_token_rates(
-    samples: Sequence[dict[str, Any]], windows: Iterable[Window | None]
+    samples: Sequence[TimelineSample], windows: Iterable[Window | None]
 ) -> TokenRates:
     """Token rates over the windows: each backend's counter increase between its first and
     last sample in a window, over that same span; backends add up (they run side by side),
@@ -249,12 +305,12 @@ def steady_token_rates(
         w_span = 0.0
         for series in backends.values():
             points = _in_window(series, w)
-            if len(points) < 2 or points[-1]["t"] <= points[0]["t"]:
+            if len(points) < 2 or points[-1].t <= points[0].t:
                 continue
-            t = points[-1]["t"] - points[0]["t"]
+            t = points[-1].t - points[0].t
             w_span = max(w_span, t)
             for name in TOKEN_COUNTERS:
-                vals = [p["v"][name] for p in points if name in p["v"]]
+                vals = [p.v[name] for p in points if name in p.v]
                 if len(vals) >= 2:
                     seen.add(name)
                     rates[name] += counter_increase(vals) / t

@@ -19,6 +19,7 @@ from sparkops.batch.durable import iter_json_lines, read_json_file
 from sparkops.batch.jobdir import META, RESULTS, RUNS, SERVING, TIMELINE, load_manifest
 from sparkops.metrics.bottleneck import Bottleneck, name_bottleneck
 from sparkops.metrics.timeline import (
+    TimelineSample,
     TokenRates,
     Window,
     combined_per_min,
@@ -89,7 +90,7 @@ def load_dir(directory: Path) -> dict[str, Any]:
             schedules.append(r.get("schedule", "fifo"))
             if isinstance(r.get("concurrency"), int):
                 concurrency[r.get("run")] = r["concurrency"]
-    samples = [s for s in _objects(directory / TIMELINE) if isinstance(s.get("t"), (int, float))]
+    samples = list(lines.timeline_samples(directory / TIMELINE))
     return {
         "manifest": manifest,
         "records": records,
@@ -236,7 +237,7 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_bottleneck(
-    samples: list[dict[str, Any]],
+    samples: list[TimelineSample],
     windows: list[Window | None],
     concurrency: dict[Any, int],
     records: int,

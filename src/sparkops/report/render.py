@@ -116,7 +116,7 @@ def figure(data: dict[str, Any]) -> Any:
     starts = sorted(
         r["start"] for r in data["runs"].values() if isinstance(r.get("start"), (int, float))
     )
-    sampled = [s["t"] for s in data["samples"] if s.get("v")]
+    sampled = [s.t for s in data["samples"] if s.v]
     origin = min([*finish, *starts, *sampled], default=0.0)
     end = max([*finish, *sampled], default=origin)
     bucket = max(1.0, (end - origin) / 40)

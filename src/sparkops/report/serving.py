@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparkops.batch.serving_record import Change, describe
+from sparkops.metrics.timeline import TimelineSample
 
 # Identity fields shown in the report's table, in this order (the rest follow).
 SHOWN = (
@@ -30,7 +31,7 @@ SHOWN = (
 def summarise(
     lines: list[dict[str, Any]],
     epochs: Mapping[Any, int],
-    samples: Sequence[Mapping[str, Any]] = (),
+    samples: Sequence[TimelineSample] = (),
 ) -> dict[str, Any] | None:
     """report.json's `serving`: the first start line's setup, every change, records per epoch,
     and the last run's capacity (concurrency against --max-num-seqs) with the waiting requests
@@ -67,18 +68,14 @@ def summarise(
 
 
 def _capacity(
-    starts: list[dict[str, Any]], samples: Sequence[Mapping[str, Any]]
+    starts: list[dict[str, Any]], samples: Sequence[TimelineSample]
 ) -> dict[str, Any] | None:
     """The last run's capacity record (batch/serving_record.capacity) and the waiting
     requests (vllm:num_requests_waiting) per timeline sample: peak and median."""
     caps = [x["capacity"] for x in starts if isinstance(x.get("capacity"), dict)]
     if not caps:
         return None
-    waits = [
-        float(s["v"]["waiting"])
-        for s in samples
-        if isinstance(s.get("v"), dict) and isinstance(s["v"].get("waiting"), (int, float))
-    ]
+    waits = [float(s.v["waiting"]) for s in samples if "waiting" in s.v]
     return {
         **caps[-1],
         "waiting_peak": max(waits) if waits else None,
