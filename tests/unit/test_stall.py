@@ -11,6 +11,7 @@ import pytest
 
 from sparkops.batch import stall
 from sparkops.batch.endpoints import EndpointPool
+from sparkops.batch.lines import RunEvent
 from sparkops.batch.stall import StallWatch, default_stall_after
 
 
@@ -178,8 +179,8 @@ def test_log_event_and_report_summary_round_trip():
         "quiet_s": 12.0,
         "in_flight": 2,
     }
-    rows = stall.summarise([{"event": "start", "run": 2}, *events])
-    assert rows == [
+    rows = stall.summarise([RunEvent("start", 2, None), *map(RunEvent.from_json, events)])
+    assert [row.as_dict() for row in rows] == [
         {"endpoint": "a", "run": 2, "quiet_s": 12.0, "rerouted": 2, "rejoined_after_s": 13.0}
     ]
     text = stall.sentence(rows[0])
@@ -187,7 +188,7 @@ def test_log_event_and_report_summary_round_trip():
     assert (
         "2 in-flight call(s) were sent to other endpoints" in text and "rejoined after 13 s" in text
     )
-    rows[0]["rejoined_after_s"] = None
+    rows[0].rejoined_after_s = None
     assert stall.sentence(rows[0]).endswith("it did not rejoin before the run ended.")
 
 

@@ -129,6 +129,10 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _openai_ok(obj: dict[str, Any]) -> bool:
     """An OpenAI output line succeeded: no error object and a 2xx answer (an HTTP error line
     has `error: null` but a non-2xx `response.status_code`)."""
@@ -163,12 +167,51 @@ def outcomes(path: Path) -> Iterator[Outcome]:
 @dataclass(slots=True)
 class RunEvent:
     """One line of the job log: a run's start or end, or an endpoint stalled / rejoined
-    (batch/stall.py writes those through `stall.log_event`)."""
+    (batch/stall.py writes those through `stall.log_event`).
+
+    The fields after `t` differ per event and stay in `extra`, in the order written (so a
+    line reads back to the same bytes); the properties are their typed reading, None where
+    a line lacks one (another event, an older client, a hand edit).
+    """
 
     event: str
     run: int
-    t: float
+    t: float | None  # None only when read from a line without a time
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def concurrency(self) -> int | None:
+        """A start's --concurrency."""
+        value = self.extra.get("concurrency")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def schedule(self) -> str:
+        """A start's --policy (older lines lack it: they ran fifo)."""
+        value = self.extra.get("schedule", "fifo")
+        return value if isinstance(value, str) else str(value)
+
+    @property
+    def endpoint(self) -> str | None:
+        """The endpoint a stalled / rejoined event is about."""
+        value = self.extra.get("endpoint")
+        return None if value is None else str(value)
+
+    @property
+    def quiet_s(self) -> float | None:
+        """stalled: seconds without progress."""
+        return _number(self.extra.get("quiet_s"))
+
+    @property
+    def in_flight(self) -> int:
+        """stalled: calls cancelled and re-routed."""
+        value = _number(self.extra.get("in_flight"))
+        return 0 if value is None else int(value)
+
+    @property
+    def out_s(self) -> float | None:
+        """rejoined: seconds out of rotation."""
+        return _number(self.extra.get("out_s"))
 
     def to_json(self) -> dict[str, Any]:
         return {"event": self.event, "run": self.run, "t": self.t, **self.extra}
@@ -176,13 +219,7 @@ class RunEvent:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RunEvent:
         extra = {k: v for k, v in obj.items() if k not in ("event", "run", "t")}
-        t = obj.get("t")
-        return cls(
-            str(obj.get("event", "")),
-            _int(obj.get("run")),
-            float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0,
-            extra,
-        )
+        return cls(str(obj.get("event", "")), _int(obj.get("run")), _number(obj.get("t")), extra)
 
 
 def run_events(path: Path) -> Iterator[RunEvent]:

@@ -32,8 +32,10 @@ The rules
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
+from sparkops.batch.lines import RunEvent
 from sparkops.batch.options import SAMPLE_INTERVAL_S
 
 FLOOR_S = 120.0
@@ -190,49 +192,57 @@ def default_stall_after(sample_interval: float, slowest_answer: float) -> float:
     return max(FLOOR_S, SAMPLES * sample_interval, SLOWEST_FACTOR * slowest_answer)
 
 
-def log_event(change: Change, run: int, wall: float) -> dict:
+def log_event(change: Change, run: int, wall: float) -> dict[str, Any]:
     """The runs.jsonl line for a change (the job log; the report reads it back)."""
-    event = {"event": change.kind, "run": run, "t": wall, "endpoint": change.endpoint}
+    extra: dict[str, Any] = {"endpoint": change.endpoint}
     if change.kind == "rejoined":
-        event.update(out_s=round(change.quiet_s, 1), how=change.how)
+        extra.update(out_s=round(change.quiet_s, 1), how=change.how)
     else:
-        event.update(quiet_s=round(change.quiet_s, 1), in_flight=change.in_flight)
-    return event
+        extra.update(quiet_s=round(change.quiet_s, 1), in_flight=change.in_flight)
+    return RunEvent(change.kind, run, wall, extra).to_json()
 
 
-def summarise(events: list[dict]) -> list[dict]:
+@dataclass(slots=True)
+class StallRow:
+    """One stall of one endpoint in one run, for the report (report.json's
+    `stalled_endpoints`): how long it was quiet, how many calls were re-routed, and after how
+    long it rejoined (None: it did not before the run ended)."""
+
+    endpoint: str | None
+    run: int
+    quiet_s: float | None
+    rerouted: int
+    rejoined_after_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarise(events: list[RunEvent]) -> list[StallRow]:
     """Per endpoint and run, from runs.jsonl "stalled"/"rejoined" events: when it stalled,
     how many calls were re-routed, and whether (after how long) it rejoined. For the report."""
-    out: list[dict] = []
-    open_: dict[tuple, dict] = {}
+    out: list[StallRow] = []
+    open_: dict[tuple[int, str | None], StallRow] = {}
     for e in events:
-        key = (e.get("run"), e.get("endpoint"))
-        if e.get("event") == "stalled":
-            row = {
-                "endpoint": e.get("endpoint"),
-                "run": e.get("run"),
-                "quiet_s": e.get("quiet_s"),
-                "rerouted": e.get("in_flight", 0),
-                "rejoined_after_s": None,
-            }
+        key = (e.run, e.endpoint)
+        if e.event == "stalled":
+            row = StallRow(e.endpoint, e.run, e.quiet_s, e.in_flight)
             out.append(row)
             open_[key] = row
-        elif e.get("event") == "rejoined" and key in open_:
-            open_.pop(key)["rejoined_after_s"] = e.get("out_s")
+        elif e.event == "rejoined" and key in open_:
+            open_.pop(key).rejoined_after_s = e.out_s
     return out
 
 
-def sentence(row: dict) -> str:
+def sentence(row: StallRow) -> str:
     """One report line for a stall (endpoint URLs only: no record ever appears here)."""
-    quiet = row.get("quiet_s")
     text = (
-        f"Endpoint {row.get('endpoint')} stalled in run {row.get('run')}: nothing advanced for "
-        f"{quiet:,.0f} s while calls were in flight; its {row.get('rerouted', 0)} in-flight "
+        f"Endpoint {row.endpoint} stalled in run {row.run}: nothing advanced for "
+        f"{row.quiet_s:,.0f} s while calls were in flight; its {row.rerouted} in-flight "
         "call(s) were sent to other endpoints"
-        if isinstance(quiet, int | float)
-        else f"Endpoint {row.get('endpoint')} stalled in run {row.get('run')}"
+        if row.quiet_s is not None
+        else f"Endpoint {row.endpoint} stalled in run {row.run}"
     )
-    after = row.get("rejoined_after_s")
-    if isinstance(after, int | float):
-        return text + f"; it advanced again and rejoined after {after:,.0f} s."
+    if row.rejoined_after_s is not None:
+        return text + f"; it advanced again and rejoined after {row.rejoined_after_s:,.0f} s."
     return text + "; it did not rejoin before the run ended."

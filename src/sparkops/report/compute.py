@@ -80,16 +80,16 @@ def load_dir(directory: Path) -> dict[str, Any]:
     runs: dict[Any, dict[str, float]] = defaultdict(dict)
     concurrency: dict[Any, int] = {}
     schedules: list[str] = []
-    stalls: list[dict[str, Any]] = []  # "stalled"/"rejoined" endpoint events (batch/stall.py)
-    for r in _objects(directory / RUNS):
-        if _number(r.get("t")) is not None:
-            runs[r.get("run")][r.get("event", "")] = r["t"]
-        if r.get("event") in ("stalled", "rejoined"):
+    stalls: list[lines.RunEvent] = []  # "stalled"/"rejoined" endpoint events (batch/stall.py)
+    for r in lines.run_events(directory / RUNS):
+        if r.t is not None:
+            runs[r.run][r.event] = r.t
+        if r.event in ("stalled", "rejoined"):
             stalls.append(r)
-        if r.get("event") == "start":
-            schedules.append(r.get("schedule", "fifo"))
-            if isinstance(r.get("concurrency"), int):
-                concurrency[r.get("run")] = r["concurrency"]
+        if r.event == "start":
+            schedules.append(r.schedule)
+            if r.concurrency is not None:
+                concurrency[r.run] = r.concurrency
     samples = list(lines.timeline_samples(directory / TIMELINE))
     return {
         "manifest": manifest,
@@ -229,7 +229,7 @@ def compute_report(data: dict[str, Any]) -> dict[str, Any]:
         "schedule": "+".join(dict.fromkeys(data.get("schedules", []))) or None,
         "wall_s": _r(span),
         "finals": data["finals"],
-        "stalled_endpoints": stall.summarise(data.get("stall_events", [])),
+        "stalled_endpoints": [row.as_dict() for row in stall.summarise(data["stall_events"])],
         "serving": report_serving.summarise(
             data.get("serving_lines", []), data.get("serving_epochs", {}), data["samples"]
         ),

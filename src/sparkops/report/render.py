@@ -72,7 +72,9 @@ def _notes(report: dict[str, Any]) -> list[str]:
         notes.append(f"Bottleneck: {report['bottleneck_sentence']}.")
     if report.get("prefix_cache_hit_rate_note"):
         notes.append(report["prefix_cache_hit_rate_note"])
-    notes += [stall.sentence(row) for row in report.get("stalled_endpoints") or []]
+    notes += [
+        stall.sentence(stall.StallRow(**row)) for row in report.get("stalled_endpoints") or []
+    ]
     if changes := (report.get("serving") or {}).get("changes"):
         notes.append(
             f"The serving setup changed {len(changes)} time(s) during the job (see Serving "
