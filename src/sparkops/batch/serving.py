@@ -37,8 +37,8 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from sparkops import __version__, openai_http
-from sparkops.batch import serving_record
-from sparkops.batch.durable import append_json, iter_json_lines
+from sparkops.batch import lines, serving_record
+from sparkops.batch.durable import append_json
 from sparkops.batch.jobdir import SERVING
 from sparkops.batch.serving_record import Change, Identity
 from sparkops.inputs import read_json
@@ -178,20 +178,17 @@ class ServingLog:
     def load(cls, directory: Path) -> ServingLog:
         """The record so far (a resumed job compares against it)."""
         log = cls(directory)
-        for obj in iter_json_lines(directory / SERVING):
-            if not isinstance(obj, dict):
-                continue
-            if isinstance(obj.get("serving"), int):
-                log.epoch = max(log.epoch, obj["serving"])
-            seen: dict[str, Any] = {}
-            if obj.get("event") == "start" and isinstance(obj.get("endpoints"), dict):
-                seen = obj["endpoints"]
-            elif obj.get("event") == "change" and isinstance(obj.get("identity"), dict):
-                seen = {str(obj.get("endpoint")): obj["identity"]}
+        for line in lines.serving_lines(directory / SERVING):
+            if line.serving is not None:
+                log.epoch = max(log.epoch, line.serving)
+            seen: dict[str, Identity] = {}
+            if isinstance(line, lines.ServingStart):
+                seen = line.identities()
+            elif isinstance(line, lines.ServingChange) and line.identity is not None:
+                seen = {line.endpoint: line.identity}
             for base, ident in seen.items():
-                if isinstance(ident, dict) and "unreachable" not in ident:
-                    log.baseline.setdefault(base, ident)
-                    log.last[base] = ident
+                log.baseline.setdefault(base, ident)
+                log.last[base] = ident
         return log
 
     def start_changes(self, found: dict[str, Identity | None]) -> dict[str, list[Change]]:
@@ -214,7 +211,7 @@ class ServingLog:
         changes = self.start_changes(found)
         if changes:
             self.epoch += 1
-        endpoints: dict[str, Any] = {}
+        endpoints: dict[str, dict[str, Any]] = {}
         for base, ident in found.items():
             if ident is None:
                 endpoints[base] = {"unreachable": problems.get(base, "no answer")}
@@ -222,18 +219,10 @@ class ServingLog:
                 endpoints[base] = ident
                 self.baseline.setdefault(base, ident)
                 self.last[base] = ident
-        line: dict[str, Any] = {
-            "event": "start",
-            "t": round(time.time(), 3),
-            "run": run,
-            "serving": self.epoch,
-            "results_from": results_from,
-            **context,
-            "endpoints": endpoints,
-        }
-        if changes:
-            line["changes"] = {b: [c.as_dict() for c in cs] for b, cs in changes.items()}
-        append_json(self.path, line)
+        line = lines.ServingStart(
+            round(time.time(), 3), run, self.epoch, results_from, context, endpoints, changes
+        )
+        append_json(self.path, line.to_json())
         return changes
 
     def observe(self, run: int, base: str, ident: Identity, results_from: int) -> list[Change]:
@@ -254,37 +243,20 @@ class ServingLog:
     def other_model(self, run: int, model: str, expected: str, results_from: int) -> None:
         """An answer came from `model`, not the pipeline's `expected` (a router's fallback):
         one line per other model; each step's `model` in results.jsonl says which answered."""
-        append_json(
-            self.path,
-            {
-                "event": "other-model",
-                "t": round(time.time(), 3),
-                "run": run,
-                "serving": self.epoch,
-                "results_from": results_from,
-                "model": model,
-                "expected": expected,
-            },
+        line = lines.OtherModel(
+            round(time.time(), 3), run, self.epoch, results_from, model, expected
         )
+        append_json(self.path, line.to_json())
 
     def _write_change(
         self, run: int, base: str, ident: Identity, results_from: int, changes: list[Change]
     ) -> None:
         """One change line: the endpoint's identity now, in the current epoch (no changes:
         an endpoint first seen mid-job)."""
-        append_json(
-            self.path,
-            {
-                "event": "change",
-                "t": round(time.time(), 3),
-                "run": run,
-                "serving": self.epoch,
-                "results_from": results_from,
-                "endpoint": base,
-                "identity": ident,
-                "changes": [c.as_dict() for c in changes],
-            },
+        line = lines.ServingChange(
+            round(time.time(), 3), run, self.epoch, results_from, base, ident, changes
         )
+        append_json(self.path, line.to_json())
 
 
 def job_context(

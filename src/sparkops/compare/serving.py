@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch.durable import iter_json_lines
+from sparkops.batch import lines
 from sparkops.batch.jobdir import SERVING
 from sparkops.batch.serving_record import Change, diff
 
@@ -37,22 +37,19 @@ def load_setup(run: Path) -> Setup | None:
     """The setup of a run directory (or of the directory of its results.jsonl); None when
     the run has no serving record (made before the kit kept one)."""
     directory = run if run.is_dir() else run.parent
-    lines = [x for x in iter_json_lines(directory / SERVING) if isinstance(x, dict)]
-    starts = [x for x in lines if x.get("event") == "start"]
+    served = list(lines.serving_lines(directory / SERVING))
+    starts = [x for x in served if isinstance(x, lines.ServingStart)]
     if not starts:
         return None
-    first = starts[0]
-    changed = sum(1 for x in lines if x.get("event") == "change" and x.get("changes"))
-    changed += sum(1 for x in starts[1:] if x.get("changes"))
-    return Setup(flatten(first), changed)
+    changed = sum(1 for x in served if isinstance(x, lines.ServingChange) and x.changes)
+    changed += sum(1 for x in starts[1:] if x.changes)
+    return Setup(flatten(starts[0]), changed)
 
 
-def flatten(start: dict[str, Any]) -> dict[str, str]:
+def flatten(start: lines.ServingStart) -> dict[str, str]:
     """A start line's setup as comparable fields (endpoint identities by position)."""
     out: dict[str, str] = {}
-    endpoints = start.get("endpoints")
-    if not isinstance(endpoints, dict):
-        endpoints = {}
+    endpoints = start.endpoints
     many = len(endpoints) > 1
     for index, ident in enumerate(endpoints.values(), start=1):
         prefix = f"endpoint {index} " if many else ""
@@ -60,18 +57,18 @@ def flatten(start: dict[str, Any]) -> dict[str, str]:
             continue
         for key, value in ident.items():
             out[prefix + key] = _text(value)
-    out["kit_version"] = _text(start.get("kit_version"))
-    stack = start.get("stack")
+    out["kit_version"] = _text(start.kit_version)
+    stack = start.stack
     if isinstance(stack, dict):
         for key, value in stack.items():
             if key not in STACK_MOMENT:
                 out[f"stack.{key}"] = _text(value)
-    gpu = start.get("gpu")
-    ident = gpu.get("gpu") if isinstance(gpu, dict) else None
-    if isinstance(ident, dict):
+    gpu = start.gpu
+    chip = gpu.get("gpu") if isinstance(gpu, dict) else None
+    if isinstance(chip, dict):
         for key in GPU_FIELDS:
-            if ident.get(key) is not None:
-                out[f"gpu.{key}"] = _text(ident[key])
+            if chip.get(key) is not None:
+                out[f"gpu.{key}"] = _text(chip[key])
     return out
 
 

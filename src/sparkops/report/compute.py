@@ -112,7 +112,7 @@ def load_dir(directory: Path) -> dict[str, Any]:
         "schedules": schedules,
         "latencies": t.latencies,
         "stall_events": stalls,
-        "serving_lines": list(_objects(directory / SERVING)),
+        "serving_lines": list(lines.serving_lines(directory / SERVING)),
         "serving_epochs": dict(epochs),
     }
 

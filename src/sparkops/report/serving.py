@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sparkops.batch.lines import ServingChange, ServingLine, ServingRecord, ServingStart
 from sparkops.batch.serving_record import Change, describe
 from sparkops.metrics.timeline import TimelineSample
 
@@ -29,7 +30,7 @@ SHOWN = (
 
 
 def summarise(
-    lines: list[dict[str, Any]],
+    lines: Sequence[ServingRecord],
     epochs: Mapping[Any, int],
     samples: Sequence[TimelineSample] = (),
 ) -> dict[str, Any] | None:
@@ -39,7 +40,7 @@ def summarise(
 
     None for a job without serving.jsonl (a job directory from before the record existed).
     """
-    starts = [x for x in lines if x.get("event") == "start"]
+    starts = [x for x in lines if isinstance(x, ServingStart)]
     if not starts:
         return None
     first = starts[0]
@@ -47,20 +48,20 @@ def summarise(
     for x in lines:
         if x is first:
             continue
-        if x.get("event") == "change" and x.get("changes"):
-            changes.append(_change(x, str(x.get("endpoint")), x["changes"], epochs))
-        elif x.get("event") == "start" and isinstance(x.get("changes"), dict):
-            for base, items in x["changes"].items():
+        if isinstance(x, ServingChange) and x.changes:
+            changes.append(_change(x, x.endpoint, x.changes, epochs))
+        elif isinstance(x, ServingStart):
+            for base, items in x.changes.items():
                 changes.append(_change(x, base, items, epochs, between_runs=True))
-    kits = list(dict.fromkeys(str(x.get("kit_version")) for x in starts))
+    kits = list(dict.fromkeys(str(x.kit_version) for x in starts))
     return {
-        "kit_version": first.get("kit_version"),
+        "kit_version": first.kit_version,
         "kit_versions": kits if len(kits) > 1 else None,
-        "pipeline_fingerprint": first.get("pipeline_fingerprint"),
-        "input_fingerprint": first.get("input_fingerprint"),
-        "gpu": first.get("gpu"),
-        "stack": first.get("stack"),
-        "endpoints": first.get("endpoints") or {},
+        "pipeline_fingerprint": first.context.get("pipeline_fingerprint"),
+        "input_fingerprint": first.context.get("input_fingerprint"),
+        "gpu": first.gpu,
+        "stack": first.stack,
+        "endpoints": first.endpoints,
         "changes": changes,
         "records_by_serving": {str(k): v for k, v in sorted(epochs.items(), key=_key)},
         "capacity": _capacity(starts, samples),
@@ -68,11 +69,11 @@ def summarise(
 
 
 def _capacity(
-    starts: list[dict[str, Any]], samples: Sequence[TimelineSample]
+    starts: list[ServingStart], samples: Sequence[TimelineSample]
 ) -> dict[str, Any] | None:
     """The last run's capacity record (batch/serving_record.capacity) and the waiting
     requests (vllm:num_requests_waiting) per timeline sample: peak and median."""
-    caps = [x["capacity"] for x in starts if isinstance(x.get("capacity"), dict)]
+    caps = [x.capacity for x in starts if x.capacity is not None]
     if not caps:
         return None
     waits = [float(s.v["waiting"]) for s in samples if "waiting" in s.v]
@@ -109,25 +110,25 @@ def capacity_text(cap: Mapping[str, Any] | None) -> str | None:
 
 
 def _change(
-    line: dict[str, Any],
+    line: ServingLine,
     base: str,
-    items: list[Any],
+    items: list[Change],
     epochs: Mapping[Any, int],
     between_runs: bool = False,
 ) -> dict[str, Any]:
-    epoch = line.get("serving")
+    epoch = line.serving
     after = 0
-    if isinstance(epoch, int):
+    if epoch is not None:
         after = sum(n for k, n in epochs.items() if isinstance(k, int) and k >= epoch)
     return {
-        "t": line.get("t"),
-        "run": line.get("run"),
+        "t": line.t,
+        "run": line.run,
         "endpoint": base,
         "serving": epoch,
         "between_runs": between_runs,
-        "results_from": line.get("results_from"),
+        "results_from": line.results_from,
         "records_after": after,
-        "changes": [x for x in items if isinstance(x, dict)],
+        "changes": [c.as_dict() for c in items],
     }
 
 
