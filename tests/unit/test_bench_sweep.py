@@ -7,6 +7,7 @@ import stat
 import matplotlib.pyplot as plt
 import pytest
 
+from sparkops.batch.lines import Finished, read_finished
 from sparkops.bench.plots import write_plots
 from sparkops.bench.sweep import (
     LevelSummary,
@@ -21,11 +22,11 @@ from sparkops.metrics.timeline import TimelineSample
 from sparkops.plan.decode import parse_levels
 
 
-def results(n: int, start: float = 100.0, gap: float = 1.0, errors: int = 0) -> list[dict]:
+def results(n: int, start: float = 100.0, gap: float = 1.0, errors: int = 0) -> list[Finished]:
     rows = [{"id": str(i), "status": "done", "t": start + i * gap} for i in range(n)]
     for row in rows[:errors]:
         row["status"] = "error"
-    return rows
+    return [read_finished(row) for row in rows]
 
 
 def samples(endpoint: str, t0: float, t1: float, *, prompt=1000, hits=900, gen=50, base=0.0):

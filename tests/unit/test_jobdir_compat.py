@@ -29,7 +29,6 @@ from sparkops.batch.outcome import Answer, Failure, Kind, http_failure, record_f
 from sparkops.batch.records import Record
 from sparkops.batch.serving_record import build_identity
 from sparkops.batch.status import job_status
-from sparkops.bench.runner import read_lines
 from sparkops.bench.sweep import summarise_level
 from sparkops.compare.serving import load_setup
 from sparkops.report.compute import compute_report, load_dir
@@ -50,7 +49,7 @@ def read_all(directory: Path) -> dict[str, Any]:
     log = serving.ServingLog.load(directory)
     level = summarise_level(
         8,
-        read_lines(directory / "results.jsonl"),
+        list(lines.finished(directory / "results.jsonl")),
         list(lines.timeline_samples(directory / "timeline.jsonl")),
     )
     setup = load_setup(directory)

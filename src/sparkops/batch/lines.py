@@ -167,6 +167,83 @@ def outcomes(path: Path) -> Iterator[Outcome]:
     return (outcome(obj) for obj in iter_json_lines(path))
 
 
+# ---- what the report reads of a finished record (results lines, OpenAI meta lines) ------------
+@dataclass(frozen=True, slots=True)
+class StepUsage:
+    """One call of a finished record, as the report counts it: its step and token counts
+    (a pipeline step as batch/workload.py writes it, or an OpenAI meta line's "request")."""
+
+    step: str
+    prompt_tokens: int  # 0 when the server gave none
+    completion_tokens: int
+    cached_tokens: int | None  # None: the server did not say (not the same as 0)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> StepUsage:
+        cached = _number(obj.get("cached_tokens"))
+        return cls(
+            str(obj.get("step")),
+            int(_number(obj.get("prompt_tokens")) or 0),
+            int(_number(obj.get("completion_tokens")) or 0),
+            None if cached is None else int(cached),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The kit's own fields of a finished record: when it started and finished, in which
+    run and serving epoch, and its calls. Read from a pipeline results line, or from the
+    OpenAI meta line (openai-meta.jsonl) an OpenAI output line leaves them to."""
+
+    ok: bool
+    run: int
+    t0: float | None
+    t: float | None
+    serving: int | None  # None: a line from before the serving record
+    steps: tuple[StepUsage, ...]
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], ok: bool) -> Timing:
+        steps = obj.get("steps")
+        serving = obj.get("serving")
+        return cls(
+            ok,
+            _int(obj.get("run")),
+            _number(obj.get("t0")),
+            _number(obj.get("t")),
+            serving if isinstance(serving, int) else None,
+            tuple(StepUsage.from_json(x) for x in steps if isinstance(x, dict))
+            if isinstance(steps, list)
+            else (),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A results line read for the report and bench: its outcome, and its timing when the
+    line carries the kit's fields (a pipeline line; an OpenAI output line does not)."""
+
+    outcome: Outcome
+    timing: Timing | None
+
+
+def read_finished(obj: dict[str, Any]) -> Finished:
+    """One results line of either kind, read (see `Finished`)."""
+    result = outcome(obj)
+    kit = "status" in obj or "t" in obj  # a pipeline line (or an older OpenAI line)
+    return Finished(result, Timing.from_json(obj, result.ok) if kit else None)
+
+
+def finished(path: Path) -> Iterator[Finished]:
+    """Every results line of `path`, read with its timing."""
+    return (read_finished(obj) for obj in iter_json_lines(path))
+
+
+def meta_timings(path: Path) -> Iterator[Timing]:
+    """Every OpenAI meta line of `path` (openai_batch.meta_line writes them)."""
+    return (Timing.from_json(obj, bool(obj.get("ok"))) for obj in iter_json_lines(path))
+
+
 # ---- run events (runs.jsonl) ------------------------------------------------------------------
 @dataclass(slots=True)
 class RunEvent:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from sparkops.batch import lines
-from sparkops.batch.durable import iter_json_lines
 from sparkops.batch.endpoints import normalise_base
 from sparkops.batch.job import JobConfig, run_job
 from sparkops.batch.jobdir import RESULTS, TIMELINE
@@ -150,10 +149,6 @@ def sweep_ceiling(cfg: SweepConfig, levels: list[LevelSummary]) -> DecodeCeiling
     )
 
 
-def read_lines(path: Path) -> list[dict]:
-    return list(iter_json_lines(path))
-
-
 def run_sweep(cfg: SweepConfig) -> SweepResult:
     """Run every level (each resumable, like any batch job) and write the report."""
     if not cfg.endpoints:
@@ -185,7 +180,7 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
         summaries.append(
             summarise_level(
                 concurrency,
-                read_lines(directory / RESULTS),
+                list(lines.finished(directory / RESULTS)),
                 list(lines.timeline_samples(directory / TIMELINE)),
             )
         )

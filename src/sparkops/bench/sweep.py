@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sparkops.batch.lines import succeeded
+from sparkops.batch.lines import Finished
 from sparkops.metrics.bottleneck import name_bottleneck
 from sparkops.metrics.timeline import (
     TimelineSample,
@@ -75,32 +75,30 @@ class LevelSummary:
 
 
 def per_record_tokens(
-    results: Sequence[dict[str, Any]],
+    results: Sequence[Finished],
 ) -> tuple[float | None, float | None, float | None]:
     """Mean prompt tokens, generated tokens and calls over done records."""
     prompt = gen = calls = 0.0
     n = 0
     for r in results:
-        if not succeeded(r):
+        if not r.outcome.ok or r.timing is None or not r.timing.steps:
             continue
-        steps = [s for s in r.get("steps") or [] if isinstance(s, dict)]
-        if not steps:
-            continue
+        steps = r.timing.steps
         n += 1
         calls += len(steps)
-        prompt += sum(s.get("prompt_tokens") or 0 for s in steps)
-        gen += sum(s.get("completion_tokens") or 0 for s in steps)
+        prompt += sum(s.prompt_tokens for s in steps)
+        gen += sum(s.completion_tokens for s in steps)
     return (prompt / n, gen / n, calls / n) if n else (None, None, None)
 
 
 def summarise_level(
     concurrency: int,
-    results: Sequence[dict[str, Any]],
+    results: Sequence[Finished],
     samples: Sequence[TimelineSample],
 ) -> LevelSummary:
     """The sweep row for one level from its results and timeline lines."""
-    finish = sorted(float(r["t"]) for r in results if isinstance(r.get("t"), (int, float)))
-    done = sum(1 for r in results if succeeded(r))
+    finish = sorted(r.timing.t for r in results if r.timing is not None and r.timing.t is not None)
+    done = sum(1 for r in results if r.outcome.ok)
     errors = len(results) - done
     sample_times = [s.t for s in samples]
     begin = min([*sample_times[:1], *finish[:1]]) if (sample_times or finish) else None

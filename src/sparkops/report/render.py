@@ -10,7 +10,7 @@ from sparkops.batch import stall
 from sparkops.files import write_atomic, write_figure
 from sparkops.metrics.timeline import completion_rate_series, hit_rate_series
 from sparkops.report import serving as report_serving
-from sparkops.report.compute import compute_report, load_dir
+from sparkops.report.compute import JobData, compute_report, load_dir
 
 ROWS = [
     ("records", "Records in input", "{:,}"),
@@ -105,7 +105,7 @@ def _steps_table(steps: list[dict[str, Any]], summary: str | None) -> list[str]:
     return lines
 
 
-def figure(data: dict[str, Any]) -> Any:
+def figure(data: JobData) -> Any:
     """The throughput plot as a matplotlib figure: records/min (per time bucket) and the
     prefix cache hit rate (per sampling interval), each at its own times, with a legend and
     a dashed line where a resumed run started (runs.jsonl start events)."""
@@ -114,16 +114,14 @@ def figure(data: dict[str, Any]) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    finish = [t for ts in data["finish"].values() for t in ts]
-    starts = sorted(
-        r["start"] for r in data["runs"].values() if isinstance(r.get("start"), (int, float))
-    )
-    sampled = [s.t for s in data["samples"] if s.v]
+    finish = [t for ts in data.totals.finish.values() for t in ts]
+    starts = sorted(r["start"] for r in data.runs.values() if "start" in r)
+    sampled = [s.t for s in data.samples if s.v]
     origin = min([*finish, *starts, *sampled], default=0.0)
     end = max([*finish, *sampled], default=origin)
     bucket = max(1.0, (end - origin) / 40)
     rate_t, rate = completion_rate_series(finish, origin, bucket)
-    hit_t, hit = hit_rate_series(data["samples"], origin)
+    hit_t, hit = hit_rate_series(data.samples, origin)
     fig, ax = plt.subplots(figsize=(8, 4))
     handles = ax.plot(
         rate_t,
@@ -162,7 +160,7 @@ def figure(data: dict[str, Any]) -> Any:
     return fig
 
 
-def plot(data: dict[str, Any], path: Path) -> None:
+def plot(data: JobData, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig = figure(data)
