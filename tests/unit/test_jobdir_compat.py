@@ -57,7 +57,7 @@ def read_all(directory: Path) -> dict[str, Any]:
     return _normal(
         {
             "report": compute_report(load_dir(directory)),
-            "status": job_status(directory),
+            "status": job_status(directory).as_dict(),
             "setup": dataclasses.asdict(setup),
             "serving_log": {"baseline": log.baseline, "last": log.last, "epoch": log.epoch},
             "level": level.as_dict(),

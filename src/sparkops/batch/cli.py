@@ -97,7 +97,7 @@ def _run_job(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     st = job_status(args.dir)
     if args.json:
-        print(json.dumps(st, indent=2))
+        print(json.dumps(st.as_dict(), indent=2))
     else:
         print(status_line(args.dir, st))
     return 0

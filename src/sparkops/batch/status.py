@@ -8,15 +8,60 @@ record's; `remaining` are records with no line yet (a resume sends them).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sparkops.batch import lines
 from sparkops.batch.jobdir import JobDir, load_manifest
 from sparkops.batch.lock import lock_holder
 
 
-def job_status(directory: Path) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """How far a job got: `batch status` prints `as_dict()` with --json, else `status_line`."""
+
+    total: int
+    done: int
+    record_errors: int
+    other_errors: int
+    runs: int
+    last_run_finished: bool
+    running_pid: int | None
+
+    @property
+    def errors(self) -> int:
+        return self.record_errors + self.other_errors
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.total - self.done - self.errors)
+
+    @property
+    def complete(self) -> bool:
+        return self.done + self.errors >= self.total and (self.total > 0 or self.runs > 0)
+
+    @property
+    def empty_input(self) -> bool:
+        return self.total == 0
+
+    def as_dict(self) -> dict[str, int | bool | None]:
+        """`batch status --json`'s object (its keys in this order are a documented output)."""
+        return {
+            "total": self.total,
+            "done": self.done,
+            "errors": self.errors,
+            "record_errors": self.record_errors,
+            "other_errors": self.other_errors,
+            "remaining": self.remaining,
+            "runs": self.runs,
+            "last_run_finished": self.last_run_finished,
+            "complete": self.complete,
+            "empty_input": self.empty_input,
+            "running_pid": self.running_pid,
+        }
+
+
+def job_status(directory: Path) -> JobStatus:
     """Counts from the job's files, and the pid of a run working on it now (None if none)."""
     manifest = load_manifest(directory)
     job = JobDir(directory)
@@ -38,37 +83,31 @@ def job_status(directory: Path) -> dict[str, Any]:
             last_start = event.run
         elif event.event == "end":
             ended.add(event.run)
-    total = manifest.total
-    errors = record_errors + other_errors
-    return {
-        "total": total,
-        "done": done,
-        "errors": errors,
-        "record_errors": record_errors,
-        "other_errors": other_errors,
-        "remaining": max(0, total - done - errors),
-        "runs": runs,
-        "last_run_finished": last_start is not None and last_start in ended,
-        "complete": done + errors >= total and (total > 0 or runs > 0),
-        "empty_input": total == 0,
-        "running_pid": lock_holder(directory),
-    }
-
-
-def status_line(directory: Path, st: dict[str, Any]) -> str:
-    """`batch status` in one sentence: finished, record errors, other errors, unfinished."""
-    if st["empty_input"]:
-        return f"{directory}: the job's input held no records; nothing to run"
-    state = "complete" if st["complete"] else "incomplete"
-    if st["running_pid"]:
-        state += f", running (pid {st['running_pid']})"
-    errors = f"{st['record_errors']} record errors"
-    if st["other_errors"]:
-        errors += f", {st['other_errors']} errors that were not the record's (server or network)"
-    line = (
-        f"{directory}: {state}: {st['done']} done, {errors}, {st['remaining']} remaining of "
-        f"{st['total']} ({st['runs']} run(s))"
+    return JobStatus(
+        manifest.total,
+        done,
+        record_errors,
+        other_errors,
+        runs,
+        last_start is not None and last_start in ended,
+        lock_holder(directory),
     )
-    if st["errors"]:
+
+
+def status_line(directory: Path, st: JobStatus) -> str:
+    """`batch status` in one sentence: finished, record errors, other errors, unfinished."""
+    if st.empty_input:
+        return f"{directory}: the job's input held no records; nothing to run"
+    state = "complete" if st.complete else "incomplete"
+    if st.running_pid:
+        state += f", running (pid {st.running_pid})"
+    errors = f"{st.record_errors} record errors"
+    if st.other_errors:
+        errors += f", {st.other_errors} errors that were not the record's (server or network)"
+    line = (
+        f"{directory}: {state}: {st.done} done, {errors}, {st.remaining} remaining of "
+        f"{st.total} ({st.runs} run(s))"
+    )
+    if st.errors:
         line += "; `sparkops batch run ... --retry-errors` sends the errors again"
     return line
