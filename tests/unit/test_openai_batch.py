@@ -95,6 +95,19 @@ def test_a_failure_without_an_http_answer_is_a_batch_error(status, message, code
     assert not lines.succeeded(line)
 
 
+def test_a_2xx_without_a_json_object_is_no_success_written_or_read():
+    """The writer's decision (is_success) and the reader's (lines.outcome) are one rule."""
+    for body in (None, ["a list"], "text"):
+        assert not openai_batch.is_success(200, body, None)
+        line = openai_batch.output_line("c5", 8, 200, body, None, "req-5")
+        parsed, _ = parse_line(roundtrip(line), "/v1/chat/completions")
+        assert parsed.response is None and parsed.error.code == "invalid_response"
+        assert parsed.error.message == "HTTP 200 answer that is not a JSON object"
+        assert not lines.succeeded(line)
+    assert openai_batch.is_success(200, CHAT, None)
+    assert lines.succeeded(openai_batch.output_line("c6", 9, 200, CHAT, None, "req-6"))
+
+
 def test_a_line_without_a_custom_id_is_keyed_by_its_input_line_for_resume():
     line = openai_batch.output_line(None, 9, 0, None, "line 9: not valid JSON", None)
     OutputLine.model_validate(line)

@@ -12,7 +12,9 @@ type in an old or hand-edited line reads as absent (None), never as a crash.
 
 `outcome(line)` is the only place that decides whether a results line (either kind) is a
 success, which record it covers and what error it records: the journal's tallies, `batch
-status`, the report, `compare` and the job summary all ask it.
+status`, the report, `compare`, `bench` and the job summary all ask it. Its rule for an
+OpenAI answer, `answer_ok`, is also what decides an OpenAI record's fate as it is written
+(openai_batch.is_success), so the writer and the reader cannot disagree.
 
 Keys: a record is keyed by its id (a string); an input line without a readable id by
 `LineKey(n)`, a different type, so no id can ever equal it (an id spelt like the old
@@ -137,16 +139,22 @@ def _number(value: Any) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def answer_ok(status: Any, body: Any, error: Any) -> bool:
+    """The one rule for an OpenAI batch request: a 2xx answer whose body is a JSON object,
+    and no error. Fates decides with it as it writes the line (openai_batch.is_success),
+    `outcome` as it reads one back: an HTTP error line has `error: null` but a non-2xx
+    `response.status_code`."""
+    return (
+        error is None and isinstance(status, int) and 200 <= status < 300 and isinstance(body, dict)
+    )
+
+
 def _openai_ok(obj: dict[str, Any]) -> bool:
-    """An OpenAI output line succeeded: no error object and a 2xx answer (an HTTP error line
-    has `error: null` but a non-2xx `response.status_code`)."""
-    if obj.get("error") is not None:
-        return False
+    """An OpenAI output line succeeded (`answer_ok` over its response)."""
     response = obj.get("response")
     if not isinstance(response, dict):
         return False
-    code = response.get("status_code")
-    return isinstance(code, int) and 200 <= code < 300
+    return answer_ok(response.get("status_code"), response.get("body"), obj.get("error"))
 
 
 def _openai_error(obj: dict[str, Any]) -> str:

@@ -33,13 +33,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sparkops.batch import lines
 from sparkops.batch.durable import dumps_line, fsync_fd, open_append, write_all
 from sparkops.batch.jobdir import META
 
-
-def is_success(status: int, body: Any, error: str | None) -> bool:
-    """A request succeeded: a 2xx answer whose body is a JSON object, and no error."""
-    return error is None and 200 <= status < 300 and isinstance(body, dict)
+# A request succeeded: a 2xx answer whose body is a JSON object, and no error (the rule is
+# batch/lines.py's, which reads the line back with it).
+is_success = lines.answer_ok
 
 
 def output_line(
@@ -53,8 +53,11 @@ def output_line(
     """One OpenAI batch output line (pure; see the module docstring for the rules).
 
     `status` is the HTTP status of the last answer, 0 when there was none; `error` the kit's
-    message for a failed request (None on success).
+    message for a failed request (None on success). A 2xx whose body is not a JSON object is
+    no answer to show (so the line never reads as a success `is_success` refused).
     """
+    if error is None and 200 <= status < 300 and not isinstance(body, dict):
+        error = f"HTTP {status} answer that is not a JSON object"
     answered = status > 0 and not (200 <= status < 300 and error is not None)
     response = None
     if answered:
