@@ -197,7 +197,9 @@ def assert_stopped_cleanly(run: PlaybookRun, pair: Pair, *words: str) -> None:
         assert word in run.text, run.stdout[-4000:]
     assert "the model phase passed" not in run.text  # nothing after the model phase ran
     assert "Traceback" not in run.output
-    assert run.seconds < 150, run.seconds
+    # the whole phase, on a loaded CI machine: seconds of waiting (rsync --contimeout 15 s), not
+    # the download timeout of 7200 s
+    assert run.seconds < 300, run.seconds
     assert not listening(pair.a)
     assert pair.a.exec(["test", "-e", "/run/sparkops-model-copy"]).returncode == 1
     assert check(pair.b)[0] == 3  # still incomplete: vLLM would not start on it
