@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from sparkops import json_codec
+from sparkops.batch.records import read_records
 
 READ_THE_SAME = [
     '{"id": 123456789012345678901234567890, "text": "a"}',  # an id past 64 bits stays an int
@@ -60,3 +62,12 @@ def _leaves(value: object) -> list[object]:
     if isinstance(value, list):
         return [leaf for v in value for leaf in _leaves(v)]
     return [value]
+
+
+def test_a_record_id_past_64_bits_is_read_digit_for_digit(tmp_path: Path) -> None:
+    records = tmp_path / "in.jsonl"
+    records.write_text(
+        '{"id": 123456789012345678901234567890, "text": "a"}\n{"id": "\\ud800", "text": "b"}\n'
+    )
+    got = list(read_records(records, "jsonl"))
+    assert [r.id for r in got] == ["123456789012345678901234567890", "\ud800"]
