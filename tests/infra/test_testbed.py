@@ -75,7 +75,7 @@ def test_systemd_run_unit_starts(amd64_host: Host) -> None:
 def test_ansible_reaches_hosts_over_docker_connection(
     amd64_host: Host, arm64_host: Host, tmp_path: Path
 ) -> None:
-    """The role and deploy tests converge over community.docker.docker: python3 must answer."""
+    """The role and deploy tests converge over community.docker.docker_api: python3 must answer."""
     inv = tmp_path / "inventory.yml"
     inv.write_text(yaml.safe_dump(inventory([amd64_host, arm64_host])))
     ansible = Path(sys.executable).with_name("ansible")

@@ -1,7 +1,7 @@
 """Fixtures for the test bed: a real Docker engine and systemd "hosts" in containers.
 
 The hosts stand in for DGX Sparks (arm64, emulated through qemu binfmt) and x86_64 machines, so
-Ansible roles can be converged against them over ``ansible_connection=community.docker.docker``
+Ansible roles can be converged against them over ``ansible_connection=community.docker.docker_api``
 and checked with testinfra. Images come from ``scripts/testbed/build-base-image.sh`` (run by
 ``make testbed``); these fixtures never build or pull anything, they fail with the command to
 run instead, so a missing test bed is loud, never a silent skip.
@@ -99,7 +99,7 @@ class Host:
     def ansible_vars(self) -> dict[str, str]:
         """Inventory variables that make Ansible reach this host through the Docker engine."""
         return {
-            "ansible_connection": "community.docker.docker",
+            "ansible_connection": "community.docker.docker_api",
             "ansible_host": self.name,
             "ansible_python_interpreter": "/usr/bin/python3",
         }
