@@ -23,4 +23,5 @@ pytest_plugins = [
     "tests.plugins.job_dir",
     "tests.plugins.responder",
     "tests.plugins.openai_format",
+    "tests.plugins.schedule",
 ]
