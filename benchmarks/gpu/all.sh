@@ -116,7 +116,8 @@ fi
 if want client_cost; then
   log "=== client_cost"
   PYTHONPATH=$W/kit:$SITE timeout 300 python3 benchmarks/client_cost.py --no-local --vllm "$EP" \
-    --vllm-requests 4000 --rounds 3 2>&1 | grep -v warning | tee "$W/client_cost.txt"
+    --vllm-requests 4000 --rounds 5 --profile "$W/out/client_profile.txt" 2>&1 | grep -v warning \
+    | tee "$W/client_cost.txt"
 fi
 
 kill "$(cat "$W/sampler.pid")" 2>/dev/null
