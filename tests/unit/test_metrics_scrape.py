@@ -109,3 +109,25 @@ def test_empty_text_gives_an_empty_snapshot() -> None:
     snap = parse_metrics("")
     assert snap == MetricsSnapshot()
     assert snap.found == frozenset()
+
+
+def test_only_the_wanted_families_reach_the_parser_and_read_the_same() -> None:
+    """The prefilter keeps every family parse_metrics reads, whole, and drops the rest
+    (the histograms); the snapshot is the one the full page gives."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sparkops.metrics.scrape import wanted_families
+
+    kept = wanted_families(SAMPLE)
+    assert len(kept) < len(SAMPLE)  # this capture is trimmed; a live page is mostly buckets
+    assert "_bucket" not in kept
+    full = {f.name: f.samples for f in text_string_to_metric_families(SAMPLE)}
+    for family in text_string_to_metric_families(kept):
+        assert family.samples == full[family.name]
+    snap = parse_metrics(SAMPLE)
+    assert snap.found == {f.name for f in dataclasses.fields(MetricsSnapshot)} - {"found"}
+
+
+def test_a_page_that_is_not_prometheus_text_is_still_refused() -> None:
+    with pytest.raises(ValueError):
+        parse_metrics("<html><body>Proxy login</body></html>\n")

@@ -58,12 +58,36 @@ def _family_key(name: str) -> str:
     return name[: -len("_total")] if name.endswith("_total") else name
 
 
+_WANTED = {**COUNTERS, **SUMMED_GAUGES, **MAX_GAUGES}
+_WANTED_PREFIXES = tuple(sorted(set(_WANTED.values())))
+_COMMENTS = ("# HELP ", "# TYPE ")
+
+
+def wanted_families(text: str) -> str:
+    """The lines of the families parse_metrics reads, whole (comments and samples).
+
+    A vLLM page is mostly histogram buckets nobody here reads; the batch client samples it
+    every few seconds during a job, and prometheus_client's parser took about 10 ms a page on
+    the H200's host, its largest single cost after the HTTP path (benchmarks/README.md). Every
+    line of a family starts with the family's name (after `# HELP ` / `# TYPE `), so keeping
+    the lines that start with a wanted name keeps those families whole; a longer name that
+    shares the prefix (`vllm:prompt_tokens_cached`) is kept too and left out below. A page
+    with none of them (a proxy's HTML, another server's metrics) is passed on whole, so the
+    parser still refuses what is not Prometheus text.
+    """
+    keep = [
+        line
+        for line in text.splitlines()
+        if (line[7:] if line.startswith(_COMMENTS) else line).startswith(_WANTED_PREFIXES)
+    ]
+    return "\n".join(keep) + "\n" if keep else text
+
+
 def parse_metrics(text: str) -> MetricsSnapshot:
     """Parse Prometheus exposition text from vLLM's `/metrics` into a MetricsSnapshot."""
-    wanted = {**COUNTERS, **SUMMED_GAUGES, **MAX_GAUGES}
-    by_family = {_family_key(family): field for field, family in wanted.items()}
+    by_family = {_family_key(family): field for field, family in _WANTED.items()}
     values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(wanted_families(text)):
         field = by_family.get(_family_key(family.name))
         if field is None:
             continue
