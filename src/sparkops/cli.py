@@ -40,6 +40,18 @@ EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 _PYTHON_SHOWWARNING = warnings.showwarning
 
 
+def command_family(
+    subparsers: argparse._SubParsersAction, name: str, help: str
+) -> argparse._SubParsersAction:
+    """`sparkops NAME SUB ...`: the parser of a command family and the sub-commands it holds.
+
+    The sub-command is required, so `sparkops NAME` alone is a usage error (exit 2, the
+    sub-commands listed, "required: NAME_command") rather than a parse with no handler
+    (`args.func` unset). Each family's `register` calls this; it imports nothing of theirs."""
+    family = subparsers.add_parser(name, help=help)
+    return family.add_subparsers(dest=f"{name}_command", required=True)
+
+
 class DefaultsShown(argparse.HelpFormatter):
     """Appends what an argument is when not given — "(default: X)", "(default: off)" for a
     flag, "(default: unset)", or "(required)" — unless its help already says its default,

@@ -12,6 +12,7 @@ from pathlib import Path
 from sparkops.batch.job import run_job
 from sparkops.batch.options import add_job_options, job_config, job_settings
 from sparkops.batch.status import job_status, status_line
+from sparkops.cli import command_family
 from sparkops.errors import JobStopped, UserError
 from sparkops.files import open_private
 from sparkops.privacy import redact
@@ -30,8 +31,7 @@ exit status:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    batch = subparsers.add_parser("batch", help="run a batch job through a pipeline (resumable)")
-    sub = batch.add_subparsers(dest="batch_command", required=True)
+    sub = command_family(subparsers, "batch", "run a batch job through a pipeline (resumable)")
 
     run = sub.add_parser(
         "run",

@@ -10,11 +10,11 @@ from rich.markdown import Markdown
 
 from sparkops.batch.options import add_job_options, job_config, job_settings
 from sparkops.bench.sweep import LEVEL_ONE_RECORDS
+from sparkops.cli import command_family
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    bench = subparsers.add_parser("bench", help="benchmarks against a running deployment")
-    sub = bench.add_subparsers(dest="bench_command", required=True)
+    sub = command_family(subparsers, "bench", "benchmarks against a running deployment")
     sweep = sub.add_parser(
         "sweep",
         help="run the batch client at several concurrencies; table, report and plots",

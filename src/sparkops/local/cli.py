@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from sparkops.cli import command_family
 from sparkops.errors import UserError
 from sparkops.local import state
 from sparkops.local.demo import DEMO_MODEL, run_demo
@@ -21,10 +22,9 @@ DEFAULT_PORT = 8000
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    local = subparsers.add_parser(
-        "local", help="run vLLM-CPU servers of the tiny model on this machine (127.0.0.1)"
+    commands = command_family(
+        subparsers, "local", "run vLLM-CPU servers of the tiny model on this machine (127.0.0.1)"
     )
-    commands = local.add_subparsers(dest="local_command", required=True)
 
     up = commands.add_parser("up", help="start N servers and wait until they are healthy")
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="first port")

@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
+from sparkops.cli import command_family
 from sparkops.console import stdout_console
 from sparkops.errors import UserError
 from sparkops.inputs import read_json
@@ -43,8 +44,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    plan = subparsers.add_parser("plan", help="capacity planning: throughput and KV memory")
-    sub = plan.add_subparsers(dest="plan_command", required=True)
+    sub = command_family(subparsers, "plan", "capacity planning: throughput and KV memory")
 
     tp = sub.add_parser(
         "throughput",
