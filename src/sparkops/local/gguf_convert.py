@@ -31,6 +31,8 @@ MANIFEST = "sparkops-real.json"
 
 
 def sha256(path: Path) -> str:
+    """A file's SHA-256, read a MiB at a time; the manifest's digests, and what the kit
+    (real_model.is_complete, which imports this) checks them with."""
     digest = hashlib.sha256()
     with path.open("rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):

@@ -17,7 +17,6 @@ before each use, and rebuilt from the cached wheel if anything was changed or is
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -26,6 +25,11 @@ from pathlib import Path
 
 from sparkops.errors import UserError
 from sparkops.local import paths
+
+# gguf_convert.py runs as a script under the vLLM venv's python and imports nothing from
+# sparkops, but its top level is the standard library only, so the kit imports from it what
+# both sides must agree on: the manifest's name, the converter's version, the file digest.
+from sparkops.local.gguf_convert import CONVERTER_VERSION, MANIFEST, sha256
 from sparkops.privacy import private_env
 
 NAME = "smollm2"  # the served model name, and `--model smollm2`
@@ -48,9 +52,6 @@ _PIP_DOWNLOAD = (
     "--only-binary=:all:",
 )
 _CONVERTER = Path(__file__).with_name("gguf_convert.py")
-# Keep in step with gguf_convert.CONVERTER_VERSION / MANIFEST (that file cannot import sparkops).
-CONVERTER_VERSION = 1
-MANIFEST = "sparkops-real.json"
 
 
 def model_dir(cache: Path | None = None) -> Path:
@@ -60,14 +61,6 @@ def model_dir(cache: Path | None = None) -> Path:
 
 def wheel_path(cache: Path | None = None) -> Path:
     return (cache or paths.cache_dir()) / "downloads" / WHEEL
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def is_complete(directory: Path) -> bool:
