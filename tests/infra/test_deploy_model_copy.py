@@ -244,9 +244,11 @@ def test_the_second_spark_gets_the_model_over_the_private_link(pair: Pair, conve
     # only the model and its record: the login token beside the hub folder stayed behind
     assert pair.b.exec(["test", "-e", f"{CACHE}/token"]).returncode == 1
     assert "hf_not_for_the_other_spark" not in first.output
-    # the daemon ended with the copy, its password and settings with it
+    # the daemon ended with the copy, its password and settings with it; the receiver's copy of
+    # the password is gone too
     assert not listening(pair.a)
     assert pair.a.exec(["test", "-e", "/run/sparkops-model-copy"]).returncode == 1
+    assert pair.b.exec(["test", "-e", "/run/sparkops-model-copy"]).returncode == 1
 
 
 def test_a_second_run_changes_nothing(converged) -> None:
