@@ -8,6 +8,7 @@ import re
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from sparkops.compare import serving as compare_serving
 from sparkops.errors import UserError
 from sparkops.local import state as local_state
 from sparkops.local.server import Server
-from sparkops.procs import proc_start_ticks
+from sparkops.procs import proc_argv, proc_start_ticks
 from sparkops.render import render_inventory
 from sparkops.report import serving as report_serving
 from tests.plugins.inventories import make_inventory
@@ -299,6 +300,10 @@ def test_local_up_writes_the_stack_record_a_job_reads_while_that_server_runs(tmp
     argv = [sys.executable, "-c", "import time; time.sleep(60)", "stand-in-server"]
     proc = subprocess.Popen(argv)
     try:
+        # Popen returns once exec has begun; the new command line shows in /proc a moment later
+        deadline = time.monotonic() + 10
+        while proc_argv(proc.pid) != argv and time.monotonic() < deadline:
+            time.sleep(0.01)
         ticks = proc_start_ticks(proc.pid)
         assert ticks is not None
         server = Server(pid=proc.pid, port=8123, start_ticks=ticks, started_at=5.0, log_path="x")
