@@ -157,7 +157,7 @@ def record_failure(message: str) -> Failure:
 
 def classify_200(path: str, body: Any, request_id: str | None, want_text: bool) -> Outcome:
     """A 200's body: an Answer, or the Failure it is (see `check_answer`)."""
-    failure = check_answer(path, body, want_text)
+    failure, text = _read_200(path, body, want_text)
     if failure is not None:
         return Failure(failure.kind, failure.cause, 200, request_id=request_id)
     assert isinstance(body, dict)
@@ -166,7 +166,7 @@ def classify_200(path: str, body: Any, request_id: str | None, want_text: bool) 
     return Answer(
         200,
         body,
-        answer_text(body) if want_text else None,
+        text,
         model if isinstance(model, str) else None,
         body.get("id") or request_id,
         usage if isinstance(usage, dict) else {},
@@ -182,26 +182,34 @@ def check_answer(path: str, body: Any, want_text: bool = False) -> Failure | Non
     message, content null, a tool call instead of content, an error object beside it) is
     `NO_TEXT` too; content "" that the model generated is an answer.
     """
+    return _read_200(path, body, want_text)[0]
+
+
+def _read_200(path: str, body: Any, want_text: bool) -> tuple[Failure | None, str | None]:
+    """`check_answer`'s verdict and, with `want_text`, the answer's text (read once: this
+    runs on every answer)."""
     if not isinstance(body, dict):
-        return Failure(Kind.NO_TEXT, "HTTP 200 with a body that is not a JSON object")
+        return Failure(Kind.NO_TEXT, "HTTP 200 with a body that is not a JSON object"), None
     if path.endswith("/embeddings"):
         if isinstance(body.get("data"), list):
-            return None
-        return Failure(Kind.NO_TEXT, "HTTP 200 without data")
+            return None, None
+        return Failure(Kind.NO_TEXT, "HTTP 200 without data"), None
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
-        return Failure(Kind.NO_TEXT, "HTTP 200 without choices")
-    if not isinstance(choices[0], dict):
+        return Failure(Kind.NO_TEXT, "HTTP 200 without choices"), None
+    choice = choices[0]
+    if not isinstance(choice, dict):
         return Failure(
             Kind.MALFORMED_ANSWER, "HTTP 200 with a malformed choice (not a JSON object)"
-        )
-    if want_text:
-        text = answer_text(body)
-        if text is None:
-            return Failure(Kind.NO_TEXT, "HTTP 200 whose choice has no text")
-        if not text and (body.get("error") or choices[0].get("error")):
-            return Failure(Kind.NO_TEXT, "HTTP 200 with an error object beside an empty choice")
-    return None
+        ), None
+    if not want_text:
+        return None, None
+    text = _choice_text(choice)
+    if text is None:
+        return Failure(Kind.NO_TEXT, "HTTP 200 whose choice has no text"), None
+    if not text and (body.get("error") or choice.get("error")):
+        return Failure(Kind.NO_TEXT, "HTTP 200 with an error object beside an empty choice"), None
+    return None, text
 
 
 def answer_text(body: dict[str, Any]) -> str | None:
@@ -211,8 +219,10 @@ def answer_text(body: dict[str, Any]) -> str | None:
         choice = body["choices"][0]
     except (KeyError, IndexError, TypeError):
         return None
-    if not isinstance(choice, dict):
-        return None
+    return _choice_text(choice) if isinstance(choice, dict) else None
+
+
+def _choice_text(choice: dict[str, Any]) -> str | None:
     msg = choice.get("message")
     content = msg.get("content") if isinstance(msg, dict) else None
     if not isinstance(content, str):

@@ -19,13 +19,16 @@ class RecordError(ValueError):
 
 def build_messages(step: StepSpec, record: Mapping[str, Any]) -> list[dict[str, str]]:
     """Messages for `step` over `record` (system, then user)."""
-    missing = [f for f in step.fields if f not in record]
-    if missing:
+    fields = step.fields
+    try:  # only the fields the template names: a record may carry many more
+        values = {f: _text(record[f]) for f in fields}
+    except KeyError:
+        missing = [f for f in fields if f not in record]
         raise RecordError(
             f"record has no field(s) {missing} used by step {step.name!r}; "
             "add them to the input or change the step's user template"
-        )
-    user = step.user.format_map({k: _text(v) for k, v in record.items()})
+        ) from None
+    user = step.user.format_map(values)
     messages = []
     if step.system:
         messages.append({"role": "system", "content": step.system})
