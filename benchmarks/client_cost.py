@@ -2,8 +2,10 @@
 
 Same run, same targets, same payloads: (1) a minimal local responder (client cost alone),
 (2) a real vLLM server if `--vllm URL` is given. The sparkops figure is the whole job
-(`run_job`: input scan, journal with fsync, /metrics sampler, routing), the plain loop only
-posts and decodes. Target: ratio <= 1.2.
+(`run_job`: input scan, journal with fsync, /metrics sampler, routing, and its collector
+settings, batch/collector.py); the plain loop only posts and decodes, and runs twice: with
+Python's default collector (`ratio`, the target: <= 1.2) and with the kit's collector settings
+(`ratio_tuned_gc`: the kit's own work alone).
 
     .venv/bin/python benchmarks/client_cost.py [--requests 20000] [--vllm http://127.0.0.1:8000]
 """
@@ -24,13 +26,17 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import aiohttp
 
 from sparkops.batch import JobConfig, run_job_async
 
+try:
+    from sparkops.batch import collector
+except ImportError:  # a kit from before the job's collector settings
+    collector = None  # type: ignore[assignment]
 try:
     from sparkops.batch.connections import RECYCLE_EVERY
 except ImportError:  # a kit from before connection recycling (before/after comparisons)
@@ -46,7 +52,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_responder(shape: list[str]) -> Iterator[str]:
+def running_responder(shape: Sequence[str] = ()) -> Iterator[str]:
     """The minimal local HTTP responder in a subprocess on a free port; yields its base URL.
     `shape`: its options (`--hold-ms MS`, `--vllm-body`)."""
     port = free_port()
@@ -141,9 +147,14 @@ def measure(
     others read 1.22-1.39); median of each."""
     plain: list[float] = []
     ours: list[float] = []
+    tuned: list[float] = []  # the bare loop under the kit's collector settings
 
     def ours_once(tmp: Path) -> float:
         return asyncio.run(sparkops_job(base, n, concurrency, model, tmp, recycle))
+
+    def plain_tuned() -> float:
+        with collector.tuned_for_job():
+            return asyncio.run(plain_loop(base, n, concurrency, model))
 
     with tempfile.TemporaryDirectory() as tmp:
         # One uncounted pair first: a process's first job pays one-off costs (lazy imports,
@@ -154,7 +165,11 @@ def measure(
             if i % 2 == 0:
                 plain.append(asyncio.run(plain_loop(base, n, concurrency, model)))
                 ours.append(ours_once(Path(tmp)))
+                if collector is not None:
+                    tuned.append(plain_tuned())
             else:
+                if collector is not None:
+                    tuned.append(plain_tuned())
                 ours.append(ours_once(Path(tmp)))
                 plain.append(asyncio.run(plain_loop(base, n, concurrency, model)))
     row = {
@@ -168,6 +183,9 @@ def measure(
         "ratio": round(statistics.median(ours) / statistics.median(plain), 2),
         "ratios": [round(o / p, 2) for o, p in zip(ours, plain, strict=True)],
     }
+    if tuned:  # the kit's own work, the collector's settings alike on both sides
+        row["plain_tuned_gc_us"] = round(statistics.median(tuned))
+        row["ratio_tuned_gc"] = round(statistics.median(ours) / statistics.median(tuned), 2)
     print(json.dumps(row), flush=True)
     return row
 
@@ -211,12 +229,19 @@ def main() -> None:
         "--hold-ms", type=float, default=0.0, help="the local responder holds each answer this long"
     )
     ap.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="the local responder answers in bursts at every multiple of this (an engine step)",
+    )
+    ap.add_argument(
         "--vllm-body", action="store_true", help="the local responder answers vLLM's fields"
     )
     ap.add_argument("--profile", type=Path, help="also profile one kit job, top 40 to this file")
     args = ap.parse_args()
     if not args.no_local:
-        shape = [f"--hold-ms={args.hold_ms}"] + (["--vllm-body"] if args.vllm_body else [])
+        shape = [f"--hold-ms={args.hold_ms}", f"--step-ms={args.step_ms}"]
+        shape += ["--vllm-body"] if args.vllm_body else []
         with running_responder(shape) as base:
             measure(
                 "local responder",

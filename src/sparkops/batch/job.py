@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from sparkops import local_stack
-from sparkops.batch import lines, serving, stall
+from sparkops.batch import collector, lines, serving, stall
 from sparkops.batch.checks import other_model_message
 from sparkops.batch.durable import append_json, write_json_atomic
 from sparkops.batch.endpoints import EndpointPool, normalise_base
@@ -184,7 +184,7 @@ def _validate(cfg: JobConfig) -> tuple[Workload, InputKind, str | None]:
 async def run_job_async(cfg: JobConfig) -> JobSummary:
     """Run (or resume) a job. Raises UserError (exit 2) before any request, JobStopped
     (exit 1) when the job stopped part-way, Interrupted (130/143) on SIGINT/SIGTERM."""
-    with _Signals() as signals:
+    with _Signals() as signals, collector.tuned_for_job():
         try:
             return await _run_job(cfg, signals)
         except asyncio.CancelledError:
