@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from sparkops.errors import UserError
-from sparkops.metrics.scrape import parse_metrics
+from sparkops.metrics.scrape import info_labels, parse_metrics
 from sparkops.metrics.timeline import COUNTERS, GAUGES
 
 
@@ -40,13 +39,8 @@ def metric_values(text: str) -> dict[str, float]:
 
 def block_size(text: str) -> int | None:
     """`block_size` label of vllm:cache_config_info (an info gauge scrape.py does not carry)."""
-    for family in text_string_to_metric_families(text):
-        if family.name.removesuffix("_info") == "vllm:cache_config":
-            for sample in family.samples:
-                value = sample.labels.get("block_size", "")
-                if value.isdigit():
-                    return int(value)
-    return None
+    value = info_labels(text, "vllm:cache_config").get("block_size", "")
+    return int(value) if value.isdigit() else None
 
 
 async def get_text(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> str | None:

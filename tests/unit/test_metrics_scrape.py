@@ -131,3 +131,24 @@ def test_only_the_wanted_families_reach_the_parser_and_read_the_same() -> None:
 def test_a_page_that_is_not_prometheus_text_is_still_refused() -> None:
     with pytest.raises(ValueError):
         parse_metrics("<html><body>Proxy login</body></html>\n")
+
+
+def test_an_info_metric_is_read_from_its_own_lines_as_from_the_whole_page() -> None:
+    """vLLM's cache config (read at every sample of a job) parsed from its family's lines
+    alone gives the labels the whole captured vLLM 0.32 page gives."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sparkops.metrics.scrape import family_lines, info_labels
+
+    page = (Path(__file__).parent / "data" / "vllm_0.32.0_cpu_metrics.prom").read_text()
+    whole = next(
+        dict(f.samples[0].labels)
+        for f in text_string_to_metric_families(page)
+        if f.name == "vllm:cache_config_info"
+    )
+    assert info_labels(page, "vllm:cache_config") == whole
+    assert whole["block_size"] == "128"
+    assert len(family_lines(page, ("vllm:cache_config",)).splitlines()) == 3
+    assert info_labels(SAMPLE.replace("vllm:cache_config", "vllm:other"), "vllm:cache_config") == {}
+    with pytest.raises(ValueError):  # a proxy's page is not "no cache config"
+        info_labels("<html><body>Proxy login</body></html>\n", "vllm:cache_config")

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
+from sparkops.metrics.scrape import info_labels
 
 Identity = dict[str, str]
 
@@ -55,12 +55,8 @@ def cache_config(metrics_text: str) -> dict[str, str]:
     Raises ValueError for a page that is not Prometheus text (the caller treats the scrape
     as failed, not as "no cache config": a failed scrape must not look like drift).
     """
-    for family in text_string_to_metric_families(metrics_text):
-        if family.name.removesuffix("_info") != "vllm:cache_config":
-            continue
-        for sample in family.samples:
-            return {k: v for k, v in sorted(sample.labels.items()) if k not in _NOT_CONFIG}
-    return {}
+    labels = info_labels(metrics_text, "vllm:cache_config")
+    return {k: v for k, v in sorted(labels.items()) if k not in _NOT_CONFIG}
 
 
 def models_identity(models_answer: Any) -> dict[str, str]:

@@ -64,23 +64,42 @@ _COMMENTS = ("# HELP ", "# TYPE ")
 
 
 def wanted_families(text: str) -> str:
-    """The lines of the families parse_metrics reads, whole (comments and samples).
+    """The lines of the families parse_metrics reads (see `family_lines`)."""
+    return family_lines(text, _WANTED_PREFIXES)
+
+
+def family_lines(text: str, prefixes: tuple[str, ...]) -> str:
+    """The lines of the families whose names start with one of `prefixes`, whole (comments
+    and samples).
 
     A vLLM page is mostly histogram buckets nobody here reads; the batch client samples it
     every few seconds during a job, and prometheus_client's parser took about 10 ms a page on
     the H200's host, its largest single cost after the HTTP path (benchmarks/README.md). Every
     line of a family starts with the family's name (after `# HELP ` / `# TYPE `), so keeping
     the lines that start with a wanted name keeps those families whole; a longer name that
-    shares the prefix (`vllm:prompt_tokens_cached`) is kept too and left out below. A page
-    with none of them (a proxy's HTML, another server's metrics) is passed on whole, so the
-    parser still refuses what is not Prometheus text.
+    shares the prefix (`vllm:prompt_tokens_cached`) is kept too and left out by the caller. A
+    page with none of them (a proxy's HTML, another server's metrics) is passed on whole, so
+    the parser still refuses what is not Prometheus text.
     """
     keep = [
         line
         for line in text.splitlines()
-        if (line[7:] if line.startswith(_COMMENTS) else line).startswith(_WANTED_PREFIXES)
+        if (line[7:] if line.startswith(_COMMENTS) else line).startswith(prefixes)
     ]
     return "\n".join(keep) + "\n" if keep else text
+
+
+def info_labels(text: str, name: str) -> dict[str, str]:
+    """The labels of the first sample of the info metric `name` (`vllm:cache_config` for
+    `vllm:cache_config_info`), {} when the page has none. Only that family's lines are parsed
+    (`family_lines`): the job reads vLLM's cache config at every sample.
+
+    Raises ValueError for a page that is not Prometheus text."""
+    for family in text_string_to_metric_families(family_lines(text, (name,))):
+        if family.name.removesuffix("_info") == name:
+            for sample in family.samples:
+                return dict(sample.labels)
+    return {}
 
 
 def parse_metrics(text: str) -> MetricsSnapshot:
