@@ -116,10 +116,12 @@ fi
 if want client_cost; then
   log "=== client_cost"
   # CC_REQUESTS: job sizes, each its own alternating rounds; two sizes split the kit's per-job
-  # cost (pre-flight, samples, job folder) from its per-request cost. The last size is profiled.
+  # cost (pre-flight, samples, job folder) from its per-request cost. CC_PROFILE=1: the last
+  # size is also profiled.
   for n in ${CC_REQUESTS:-4000}; do
     PYTHONPATH=$W/kit:$SITE timeout 400 python3 benchmarks/client_cost.py --no-local --vllm "$EP" \
-      --vllm-requests "$n" --rounds "${CC_ROUNDS:-5}" --profile "$W/out/client_profile.txt" 2>&1 \
+      --vllm-requests "$n" --rounds "${CC_ROUNDS:-5}" \
+      ${CC_PROFILE:+--profile "$W/out/client_profile.txt"} 2>&1 \
       | grep -v warning | tee -a "$W/client_cost.txt"
   done
 fi
