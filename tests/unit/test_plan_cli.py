@@ -93,6 +93,23 @@ def test_throughput_from_a_sweep_level_checks_itself(tmp_path, capsys):
     assert "predicted 112.1 records/min for sweep level 240, measured 110.0 (+1.9%)" in text
 
 
+def test_a_steady_hit_rate_of_zero_is_used_not_replaced(tmp_path, capsys):
+    # 0.0 is a measurement (nothing reused in the steady window); only a missing steady
+    # figure falls back to the whole level's.
+    sweep = sweep_file(tmp_path)
+    levels = json.loads(sweep.read_text())
+    levels["levels"][1].update(hit_rate_steady=0.0, hit_rate=0.5)
+    sweep.write_text(json.dumps(levels))
+    assert run(["plan", "throughput", "--from-sweep", str(sweep), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["records_per_min"] == pytest.approx(1300 * 60 / (3600 + 300))
+    del levels["levels"][1]["hit_rate_steady"]
+    sweep.write_text(json.dumps(levels))
+    assert run(["plan", "throughput", "--from-sweep", str(sweep), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["records_per_min"] == pytest.approx(1300 * 60 / (3600 * 0.5 + 300))
+
+
 def test_throughput_refuses_across_bottlenecks(tmp_path):
     sweep = sweep_file(tmp_path, low_bottleneck="front-end")
     argv = ["plan", "throughput", "--from-sweep", str(sweep), "--for-level", "240"]

@@ -9,7 +9,13 @@ import pytest
 
 from sparkops.batch.durable import append_json
 from sparkops.batch.jobdir import Manifest, prepare_dir
-from sparkops.metrics.timeline import TimelineSample, counter_increase, hit_rate, steady_window
+from sparkops.metrics.timeline import (
+    TimelineSample,
+    Window,
+    counter_increase,
+    hit_rate,
+    steady_window,
+)
 from sparkops.report.render import write_report
 
 
@@ -39,6 +45,15 @@ def test_hit_rate_sums_backends_and_skips_failed_scrapes():
     ]
     assert hit_rate(samples) == pytest.approx((900 + 800) / (1000 + 1000))
     assert hit_rate([sample(0, "a", 5, 5)]) is None
+
+
+def test_a_window_shorter_than_the_sampling_interval_reads_the_samples_around_it():
+    # A fast level's steady window can fall between two samples (CI saw it: the steady hit
+    # rate was None, though the steady token rates had a value). Both read the bracketing pair.
+    samples = [sample(0, "a", 0, 0), sample(10, "a", 1000, 600), sample(20, "a", 3000, 2400)]
+    assert hit_rate(samples, Window(12, 18, 5)) == pytest.approx(1800 / 2000)
+    assert hit_rate(samples, Window(0, 20, 9)) == pytest.approx(2400 / 3000)
+    assert hit_rate(samples, Window(25, 30, 1)) is None  # nothing after it: nothing measured
 
 
 def test_steady_window_drops_warm_up_and_tail():

@@ -110,7 +110,7 @@ def summarise_level(
     if (window is None or window.end <= window.start) and finish and begin is not None:
         window = Window(begin, finish[-1], len(finish))  # too few records for a middle
     rates = steady_token_rates(samples, [window])
-    steady_hits = hit_rate(samples, window.start, window.end) if window is not None else None
+    steady_hits = hit_rate(samples, window) if window is not None else None
     neck = name_bottleneck(samples, concurrency, window, records=len(results))
     prompt_per, gen_per, calls_per = per_record_tokens(results)
 

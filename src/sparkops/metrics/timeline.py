@@ -101,31 +101,25 @@ def series_by_backend(
 
 
 def counter_total(
-    samples: Iterable[TimelineSample],
-    name: str,
-    t0: float | None = None,
-    t1: float | None = None,
+    samples: Iterable[TimelineSample], name: str, window: Window | None = None
 ) -> float:
-    """Increase of counter `name` summed over backends (and runs), optionally within [t0, t1]."""
+    """Increase of counter `name` summed over backends (and runs), optionally over `window`
+    (each backend's samples in it, or the two that bracket a window shorter than the
+    sampling interval: the same points the steady token rates use)."""
     total = 0.0
     for series in series_by_backend(samples).values():
-        vals = [
-            s.v[name]
-            for s in series
-            if name in s.v and (t0 is None or s.t >= t0) and (t1 is None or s.t <= t1)
-        ]
-        total += counter_increase(vals)
+        points = series if window is None else _in_window(series, window)
+        total += counter_increase([s.v[name] for s in points if name in s.v])
     return total
 
 
-def hit_rate(
-    samples: Sequence[TimelineSample], t0: float | None = None, t1: float | None = None
-) -> float | None:
-    """Σ Δhits / Σ Δqueries over every backend: the run's prefix cache hit rate (tokens)."""
-    queries = counter_total(samples, "prefix_cache_queries", t0, t1)
+def hit_rate(samples: Sequence[TimelineSample], window: Window | None = None) -> float | None:
+    """Σ Δhits / Σ Δqueries over every backend: the run's prefix cache hit rate (tokens),
+    optionally over `window` only."""
+    queries = counter_total(samples, "prefix_cache_queries", window)
     if queries <= 0:
         return None
-    return counter_total(samples, "prefix_cache_hits", t0, t1) / queries
+    return counter_total(samples, "prefix_cache_hits", window) / queries
 
 
 def gauge_max(samples: Iterable[TimelineSample], name: str) -> float | None:

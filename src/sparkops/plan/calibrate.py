@@ -36,6 +36,13 @@ def _number(row: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _steady_or_whole(row: dict[str, Any]) -> float | None:
+    """The level's steady hit rate, or the whole level's where no steady figure was measured
+    (a steady 0.0 is a measurement, not a gap)."""
+    steady = _number(row, "hit_rate_steady")
+    return steady if steady is not None else _number(row, "hit_rate")
+
+
 def sweep_levels(path: Path) -> list[dict[str, Any]]:
     """The level rows of a sweep's sweep.json (given directly or as the sweep's folder)."""
     file = path / SWEEP_JSON if path.is_dir() else path
@@ -68,7 +75,7 @@ def from_sweep(path: Path, level: int | None) -> Measured:
         computed_tok_s=_number(row, "computed_tok_s"),
         prompt_tokens=_number(row, "prompt_tokens_per_record"),
         gen_tokens=_number(row, "gen_tokens_per_record"),
-        hit_rate=_number(row, "hit_rate_steady") or _number(row, "hit_rate"),
+        hit_rate=_steady_or_whole(row),
         records_per_min=_number(row, "records_per_min"),
         bottleneck=row.get("bottleneck") if isinstance(row.get("bottleneck"), str) else None,
     )
