@@ -17,7 +17,7 @@ from sparkops.plan import cli as plan_cli
 
 pytestmark = pytest.mark.integration
 
-RECORDS = 24
+RECORDS = 96
 SHARED = (
     "You screen short made-up triage notes. Answer yes when the note describes sudden "
     "weakness, speech trouble or facial droop, otherwise answer no. "
@@ -102,9 +102,11 @@ def test_two_level_sweep(vllm_server, tmp_path, capsys):
     expected = row["computed_tok_s"] * 60 / per_record
     assert check["predicted_records_per_min"] == pytest.approx(expected, rel=1e-9)
     assert check["measured_records_per_min"] == row["records_per_min"]
-    # ... and lands near what the level measured. 24 records on 2 CPU cores give a steady window
-    # of a few seconds sampled every 0.5 s, so edges alone move it by 10-15% (CI measured -13%);
-    # the planner's accuracy is measured on the H200 (benchmarks/README.md), not here.
+    # ... and lands near what the level measured. With 24 records the level took about 1.5 s on
+    # 2 CPU cores and its steady window fell between two samples: the ramp then diluted the
+    # computed rate (errors -15% to -39%). 96 records give a window of 3-4 s holding several
+    # samples (-2% to +20% over 7 runs); the planner's accuracy is measured on the H200
+    # (benchmarks/README.md), not here.
     assert abs(check["error"]) < 0.25, check
     assert "Planner check" in (out / "sweep.md").read_text()
     assert plt.imread(out / "decode_ceiling.png").shape[:2] == (400, 600)
