@@ -138,6 +138,20 @@ def test_no_metrics_gives_none_not_zero():
     assert lv.records_per_min is not None
 
 
+def test_a_level_too_short_for_its_samples_is_flagged_in_the_report():
+    # 20 completions 0.1 s apart: the steady window (100.2-101.7 s) holds one of the samples
+    # taken every second, so its rates are read from the samples around it.
+    short = summarise_level(8, results(20, gap=0.1), samples("a", 99, 103))
+    assert short.steady_samples == 1 and short.steady_s == pytest.approx(1.5)
+    assert short.computed_tok_s == pytest.approx(150.0)  # still measured, from 100 to 102
+    long = summarise_level(240, results(20), samples("a", 95, 120))
+    assert long.steady_samples == 16 and long.steady_s == pytest.approx(15.0)
+    report = report_markdown([short, long], cold=True, records_file="n", plots=[])
+    assert "level 8's steady window (1.5 s) held 1 /metrics sample(s)" in report
+    assert "level 240's" not in report
+    assert "more records" in report
+
+
 def level(concurrency, rpm, hit, kv=0.3, bottleneck="engine"):
     return LevelSummary(
         concurrency=concurrency,

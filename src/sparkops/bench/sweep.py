@@ -30,6 +30,7 @@ from sparkops.metrics.timeline import (
     counter_total,
     gauge_max,
     hit_rate,
+    samples_inside,
     steady_token_rates,
     steady_window,
 )
@@ -69,6 +70,8 @@ class LevelSummary:
     predicted_records_per_min: float | None = None  # from the calibration level
     predicted_from: int | None = None
     predicted_note: str | None = None
+    steady_samples: int | None = None  # the fewest /metrics samples a backend took in the window
+    steady_s: float | None = None  # the window's length
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,6 +139,8 @@ def summarise_level(
         preemptions=counter_total(samples, "preemptions") if samples else None,
         bottleneck=neck.kind,
         bottleneck_sentence=neck.sentence,
+        steady_samples=samples_inside(samples, window) if window is not None else None,
+        steady_s=window.end - window.start if window is not None else None,
     )
 
 
@@ -301,8 +306,33 @@ def report_markdown(
             "Warning: the KV cache ran above 70% full at some level; above that the prefix "
             "cache evicts shared blocks and the hit rate drops.\n"
         )
+    lines.extend(short_window_warnings(levels))
     lines.extend(f"![{name}]({name})\n" for name in plots)
     return "\n".join(lines)
+
+
+# Fewer /metrics samples than this inside a level's steady window, and its token rates are
+# read across the window's edges: a 24-record level on 2 CPU cores (1.5 s, samples every
+# 0.5 s) read -15% to -39% in its own planner check, one of 96 records -2% to +20%.
+FIRM_WINDOW_SAMPLES = 3
+
+
+def short_window_warnings(levels: Sequence[LevelSummary]) -> list[str]:
+    """A warning per level whose steady window held too few samples for firm token rates."""
+    out = []
+    for lv in levels:
+        if lv.steady_samples is None or lv.steady_samples >= FIRM_WINDOW_SAMPLES:
+            continue
+        span = _fmt(lv.steady_s, ".1f")
+        out.append(
+            f"Warning: level {lv.concurrency}'s steady window ({span} s) held "
+            f"{lv.steady_samples} /metrics sample(s) of a backend, fewer than "
+            f"{FIRM_WINDOW_SAMPLES}: its token rates, steady hit rate and planner check are "
+            "read from the samples around it, diluted by the level's start and end. Give each "
+            "level more records (`--level-one-limit` for level 1) or a shorter "
+            "`--sample-interval`.\n"
+        )
+    return out
 
 
 def mean_call_context(levels: Sequence[LevelSummary]) -> int | None:

@@ -282,6 +282,16 @@ def _in_window(series: list[TimelineSample], w: Window) -> list[TimelineSample]:
     return before + after if before and after else inside
 
 
+def samples_inside(samples: Sequence[TimelineSample], w: Window) -> int:
+    """The fewest samples any backend has inside the window: under 2, its rates come from the
+    samples around it (`_in_window`), and the run's ramp up and down dilutes them."""
+    counts = [
+        sum(1 for s in series if w.start <= s.t <= w.end)
+        for series in series_by_backend(samples).values()
+    ]
+    return min(counts, default=0)
+
+
 def steady_token_rates(
     samples: Sequence[TimelineSample], windows: Iterable[Window | None]
 ) -> TokenRates:
