@@ -16,7 +16,7 @@ from sparkops.metrics.timeline import (
     hit_rate,
     steady_window,
 )
-from sparkops.report.render import write_report
+from sparkops.report.render import markdown, write_report
 
 
 def sample(t, ep, q, h, run=1, **extra):
@@ -54,6 +54,15 @@ def test_a_window_shorter_than_the_sampling_interval_reads_the_samples_around_it
     assert hit_rate(samples, Window(12, 18, 5)) == pytest.approx(1800 / 2000)
     assert hit_rate(samples, Window(0, 20, 9)) == pytest.approx(2400 / 3000)
     assert hit_rate(samples, Window(25, 30, 1)) is None  # nothing after it: nothing measured
+
+
+def test_a_steady_window_with_too_few_samples_is_named_in_the_report():
+    report = {"records": 40, "finished": 40, "done": 40, "steady_samples": 1}
+    text = markdown(report, "job")
+    assert "A steady window held 1 /metrics sample(s) of a backend, fewer than 3" in text
+    assert "more records or a shorter --sample-interval" in text
+    for firm in (3, None):  # enough samples, or no samples at all (nothing to qualify)
+        assert "/metrics sample(s)" not in markdown({**report, "steady_samples": firm}, "job")
 
 
 def test_steady_window_drops_warm_up_and_tail():

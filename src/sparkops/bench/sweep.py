@@ -31,6 +31,7 @@ from sparkops.metrics.timeline import (
     gauge_max,
     hit_rate,
     samples_inside,
+    short_window_note,
     steady_token_rates,
     steady_window,
 )
@@ -139,7 +140,7 @@ def summarise_level(
         preemptions=counter_total(samples, "preemptions") if samples else None,
         bottleneck=neck.kind,
         bottleneck_sentence=neck.sentence,
-        steady_samples=samples_inside(samples, window) if window is not None else None,
+        steady_samples=samples_inside(samples, [window]) if window is not None else None,
         steady_s=window.end - window.start if window is not None else None,
     )
 
@@ -311,27 +312,13 @@ def report_markdown(
     return "\n".join(lines)
 
 
-# Fewer /metrics samples than this inside a level's steady window, and its token rates are
-# read across the window's edges: a 24-record level on 2 CPU cores (1.5 s, samples every
-# 0.5 s) read -15% to -39% in its own planner check, one of 96 records -2% to +20%.
-FIRM_WINDOW_SAMPLES = 3
-
-
 def short_window_warnings(levels: Sequence[LevelSummary]) -> list[str]:
     """A warning per level whose steady window held too few samples for firm token rates."""
     out = []
     for lv in levels:
-        if lv.steady_samples is None or lv.steady_samples >= FIRM_WINDOW_SAMPLES:
-            continue
-        span = _fmt(lv.steady_s, ".1f")
-        out.append(
-            f"Warning: level {lv.concurrency}'s steady window ({span} s) held "
-            f"{lv.steady_samples} /metrics sample(s) of a backend, fewer than "
-            f"{FIRM_WINDOW_SAMPLES}: its token rates, steady hit rate and planner check are "
-            "read from the samples around it, diluted by the level's start and end. Give each "
-            "level more records (`--level-one-limit` for level 1) or a shorter "
-            "`--sample-interval`.\n"
-        )
+        what = f"level {lv.concurrency}'s steady window ({_fmt(lv.steady_s, '.1f')} s)"
+        if note := short_window_note(lv.steady_samples, what):
+            out.append(f"Warning: {note}\n")
     return out
 
 

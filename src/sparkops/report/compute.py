@@ -25,6 +25,7 @@ from sparkops.metrics.timeline import (
     counter_total,
     gauge_max,
     hit_rate,
+    samples_inside,
     steady_token_rates,
     steady_window,
 )
@@ -188,6 +189,8 @@ def compute_report(data: JobData) -> dict[str, Any]:
         "records_per_min_steady": _r(steady),
         "records_per_min_steady_reason": steady_reason if steady is None else None,
         **{name: _r(value) for name, value in rates.as_dict().items()},
+        # the fewest /metrics samples a backend took in a steady window (firm at 3 or more)
+        "steady_samples": samples_inside(samples, use) if use and samples else None,
         "bottleneck": neck.kind if neck else None,
         "bottleneck_sentence": neck.sentence if neck else None,
         "prefix_cache_hit_rate": _r(job_hit, 4),

@@ -8,7 +8,7 @@ from typing import Any
 
 from sparkops.batch import stall
 from sparkops.files import write_atomic, write_figure
-from sparkops.metrics.timeline import completion_rate_series, hit_rate_series
+from sparkops.metrics.timeline import completion_rate_series, hit_rate_series, short_window_note
 from sparkops.report import serving as report_serving
 from sparkops.report.compute import JobData, compute_report, load_dir
 
@@ -68,6 +68,8 @@ def _notes(report: dict[str, Any]) -> list[str]:
         )
     elif reason := report.get("records_per_min_steady_reason"):
         notes.append(f"Steady records/min: not measured: {reason}.")
+    if note := short_window_note(report.get("steady_samples"), "A steady window"):
+        notes.append(note)
     if report.get("bottleneck_sentence"):
         notes.append(f"Bottleneck: {report['bottleneck_sentence']}.")
     if report.get("prefix_cache_hit_rate_note"):
