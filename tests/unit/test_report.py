@@ -14,6 +14,7 @@ from sparkops.metrics.timeline import (
     Window,
     counter_increase,
     hit_rate,
+    samples_inside,
     steady_window,
 )
 from sparkops.report.render import markdown, write_report
@@ -54,6 +55,18 @@ def test_a_window_shorter_than_the_sampling_interval_reads_the_samples_around_it
     assert hit_rate(samples, Window(12, 18, 5)) == pytest.approx(1800 / 2000)
     assert hit_rate(samples, Window(0, 20, 9)) == pytest.approx(2400 / 3000)
     assert hit_rate(samples, Window(25, 30, 1)) is None  # nothing after it: nothing measured
+
+
+def test_samples_inside_counts_the_backends_sampled_around_each_window():
+    run1 = [sample(t, "a", t * 10, t * 9) for t in range(0, 11)]  # a sample a second
+    run2 = [sample(t, "a", t * 10, t * 9, run=2) for t in range(100, 103)]
+    both = run1 + run2
+    # Run 2's backend was not sampled around run 1's window: it does not count as 0 there.
+    assert samples_inside(both, [Window(2, 8, 10)]) == 7
+    assert samples_inside(both, [Window(2, 8, 10), Window(100.5, 101.5, 3)]) == 1
+    assert samples_inside(both, [None]) is None
+    failed = [TimelineSample.from_json({"t": 5, "run": 1, "endpoint": "a", "v": {}})]
+    assert samples_inside(failed, [Window(2, 8, 10)]) is None  # no figures, nothing to qualify
 
 
 def test_a_steady_window_with_too_few_samples_is_named_in_the_report():

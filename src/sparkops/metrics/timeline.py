@@ -288,11 +288,14 @@ def _in_window(series: list[TimelineSample], w: Window) -> list[TimelineSample]:
 FIRM_WINDOW_SAMPLES = 3
 
 
-def samples_inside(samples: Sequence[TimelineSample], windows: Iterable[Window | None]) -> int:
+def samples_inside(
+    samples: Sequence[TimelineSample], windows: Iterable[Window | None]
+) -> int | None:
     """The fewest samples a backend took inside a window, over the windows and the backends
-    sampled around each (another run's backends are not): under 2, the window's rates come
-    from the samples around it (`_in_window`), diluted by the run's ramp up and down."""
-    counts = []
+    sampled around each (another run's backends are not); None when no backend was. Under
+    2, the window's rates come from the samples around it (`_in_window`); under
+    FIRM_WINDOW_SAMPLES the run's ramp up and down still weighs on them."""
+    counts: list[int] = []
     backends = series_by_backend(samples).values()
     for w in windows:
         if w is None:
@@ -300,7 +303,7 @@ def samples_inside(samples: Sequence[TimelineSample], windows: Iterable[Window |
         for series in backends:
             if series[0].t <= w.end and series[-1].t >= w.start:
                 counts.append(sum(1 for s in series if w.start <= s.t <= w.end))
-    return min(counts, default=0)
+    return min(counts, default=None)
 
 
 def short_window_note(inside: int | None, what: str) -> str | None:
