@@ -271,10 +271,14 @@ def _add(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a + b
 
 
+def _inside(series: list[TimelineSample], w: Window) -> list[TimelineSample]:
+    return [s for s in series if w.start <= s.t <= w.end]
+
+
 def _in_window(series: list[TimelineSample], w: Window) -> list[TimelineSample]:
     """A backend's samples inside [w.start, w.end]; when fewer than two fall inside (a window
     shorter than the sampling interval), the two samples that bracket it instead."""
-    inside = [s for s in series if w.start <= s.t <= w.end]
+    inside = _inside(series, w)
     if len(inside) >= 2:
         return inside
     before = [s for s in series if s.t <= w.start][-1:]
@@ -302,7 +306,7 @@ def samples_inside(
             continue
         for series in backends:
             if series[0].t <= w.end and series[-1].t >= w.start:
-                counts.append(sum(1 for s in series if w.start <= s.t <= w.end))
+                counts.append(len(_inside(series, w)))
     return min(counts, default=None)
 
 

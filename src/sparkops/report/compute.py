@@ -190,7 +190,7 @@ def compute_report(data: JobData) -> dict[str, Any]:
         "records_per_min_steady_reason": steady_reason if steady is None else None,
         **{name: _r(value) for name, value in rates.as_dict().items()},
         # the fewest /metrics samples a backend took in a steady window (firm at 3 or more)
-        "steady_samples": samples_inside(samples, use) if use and samples else None,
+        "steady_samples": samples_inside(samples, use or []),
         "bottleneck": neck.kind if neck else None,
         "bottleneck_sentence": neck.sentence if neck else None,
         "prefix_cache_hit_rate": _r(job_hit, 4),
