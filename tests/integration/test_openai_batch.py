@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkops.batch.openai_batch import META
+from sparkops.jobdir.openai_lines import META
 from tests.plugins import cli
 from tests.plugins.fault_server import FaultServer, drop, no_choices, raw, status
 from tests.plugins.openai_format import parse_line

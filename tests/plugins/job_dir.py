@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkops.batch.jobdir import Manifest
+from sparkops.jobdir.folder import Manifest
 
 BASE: dict[str, Any] = {
     "pipeline_fingerprint": "p1",

@@ -14,13 +14,13 @@ from aiohttp import web
 
 from sparkops.batch.admission import Admission
 from sparkops.batch.connections import ConnectionRecycler, ConnectPacer
-from sparkops.batch.durable import iter_json_lines
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.engine import Engine, EngineConfig
-from sparkops.batch.jobdir import RESULTS
-from sparkops.batch.journal import Journal
 from sparkops.batch.records import Record
 from sparkops.batch.workload import Pipeline
+from sparkops.jobdir.durable import iter_json_lines
+from sparkops.jobdir.folder import RESULTS
+from sparkops.jobdir.journal import Journal
 from sparkops.pipeline.spec import parse_pipeline
 from tests.plugins.responder import serve
 

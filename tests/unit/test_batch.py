@@ -12,16 +12,16 @@ import json
 
 import pytest
 
-from sparkops.batch.durable import iter_json_lines
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig
 from sparkops.batch.job import JobConfig, run_job
-from sparkops.batch.jobdir import RESULTS
-from sparkops.batch.journal import Journal
 from sparkops.batch.records import InputProblem, Record, detect_kind, read_records, scan_input
 from sparkops.batch.retry import backoff_delay, is_retryable
 from sparkops.batch.workload import Pipeline
 from sparkops.errors import UserError
+from sparkops.jobdir.durable import iter_json_lines
+from sparkops.jobdir.folder import RESULTS
+from sparkops.jobdir.journal import Journal
 from sparkops.pipeline.spec import parse_pipeline
 from tests.plugins.fault_server import drop, free_port, status
 

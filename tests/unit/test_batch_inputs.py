@@ -18,15 +18,21 @@ import time
 
 import pytest
 
-from sparkops.batch import durable
-from sparkops.batch.durable import dumps_line, iter_json_lines, write_all, write_json_atomic
 from sparkops.batch.endpoints import normalise_base
-from sparkops.batch.jobdir import MANIFEST, RESULTS, load_manifest, prepare_dir
-from sparkops.batch.journal import Journal
 from sparkops.batch.limits import RESERVE, ensure_open_files, fd_shortfall
-from sparkops.batch.lock import lock_holder, lock_job_dir
 from sparkops.batch.records import InputProblem, Record, detect_kind, read_records, scan_input
 from sparkops.errors import JobStopped, UserError
+from sparkops.jobdir import durable
+from sparkops.jobdir.durable import dumps_line, iter_json_lines, write_all, write_json_atomic
+from sparkops.jobdir.folder import (
+    MANIFEST,
+    RESULTS,
+    load_manifest,
+    lock_holder,
+    lock_job_dir,
+    prepare_dir,
+)
+from sparkops.jobdir.journal import Journal
 from sparkops.pipeline.spec import load_pipeline, looks_like_path
 from tests.plugins.job_dir import manifest
 
@@ -274,7 +280,7 @@ def test_lock_of_a_process_killed_with_sigkill_is_taken_over(tmp_path):
                 f"""
                 import sys, time
                 from pathlib import Path
-                from sparkops.batch.lock import lock_holder, lock_job_dir
+                from sparkops.jobdir.folder import lock_holder, lock_job_dir
                 lock = lock_job_dir(Path({str(job)!r}))
                 print("locked", flush=True)
                 time.sleep(60)
@@ -457,7 +463,7 @@ def test_the_read_stops_at_the_scanned_size_and_drops_half_a_line(tmp_path):
 
 
 def test_an_id_spelt_like_a_line_key_is_not_that_line(tmp_path):
-    from sparkops.batch import lines
+    from sparkops.jobdir import lines
 
     bad = {"id": None, "status": "error", "error": "line 2: not valid JSON", "line": 2}
     odd = {"id": "\x00line:2", "status": "done", "final": "yes", "line": 3}
@@ -473,7 +479,7 @@ def test_a_manifest_field_of_the_wrong_type_is_one_line(tmp_path):
 
 
 def test_drop_errors_keeps_the_old_file_and_leaves_each_record_once(tmp_path):
-    from sparkops.batch.jobdir import drop_errors
+    from sparkops.jobdir.folder import drop_errors
 
     job = tmp_path / "job"
     prepare_dir(job, manifest(), restart=False)

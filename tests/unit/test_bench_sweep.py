@@ -7,7 +7,6 @@ import stat
 import matplotlib.pyplot as plt
 import pytest
 
-from sparkops.batch.lines import Finished, read_finished
 from sparkops.bench.plots import write_plots
 from sparkops.bench.sweep import (
     LevelSummary,
@@ -18,6 +17,7 @@ from sparkops.bench.sweep import (
     with_predictions,
 )
 from sparkops.errors import UserError
+from sparkops.jobdir.lines import Finished, read_finished
 from sparkops.metrics.timeline import TimelineSample
 from sparkops.plan.decode import parse_levels
 

@@ -17,9 +17,9 @@ import sparkops
 from sparkops import cli
 from sparkops.batch.engine import EngineConfig
 from sparkops.batch.job import JobConfig
-from sparkops.batch.jobdir import prepare_dir
 from sparkops.batch.options import EngineSettings, job_config, job_fields, job_settings
 from sparkops.errors import UserError
+from sparkops.jobdir.folder import prepare_dir
 from tests.plugins.job_dir import manifest
 
 SPARKOPS = [sys.executable, "-m", "sparkops.cli"]

@@ -20,17 +20,18 @@ from unittest import mock
 
 import pytest
 
-from sparkops.batch import lines, serving, stall
-from sparkops.batch.durable import append_json, write_json_atomic
+from sparkops.batch import serving, stall
 from sparkops.batch.fate import Fates, RecordState, Stats
-from sparkops.batch.jobdir import RUNS, TIMELINE, Manifest, prepare_dir
-from sparkops.batch.journal import Journal
 from sparkops.batch.outcome import Answer, Failure, Kind, http_failure, record_failure
 from sparkops.batch.records import Record
-from sparkops.batch.serving_record import build_identity
-from sparkops.batch.status import job_status
 from sparkops.bench.sweep import summarise_level
 from sparkops.compare.serving import load_setup
+from sparkops.jobdir import lines
+from sparkops.jobdir.durable import append_json, write_json_atomic
+from sparkops.jobdir.folder import RUNS, TIMELINE, Manifest, prepare_dir
+from sparkops.jobdir.identity import build_identity
+from sparkops.jobdir.journal import Journal
+from sparkops.jobdir.status import job_status
 from sparkops.report.compute import compute_report, load_dir
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "jobdirs"

@@ -7,11 +7,11 @@ import stat
 
 import pytest
 
-from sparkops.batch import lines
-from sparkops.batch.durable import repair_torn_tail
-from sparkops.batch.jobdir import RESULTS, prepare_dir
-from sparkops.batch.journal import Journal
 from sparkops.errors import UserError
+from sparkops.jobdir import lines
+from sparkops.jobdir.durable import repair_torn_tail
+from sparkops.jobdir.folder import RESULTS, prepare_dir
+from sparkops.jobdir.journal import Journal
 from tests.plugins.job_dir import manifest
 
 

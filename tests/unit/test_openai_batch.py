@@ -1,4 +1,4 @@
-"""OpenAI batch output lines (batch/openai_batch.py), each parsed as OpenAI documents it."""
+"""OpenAI batch output lines (jobdir/openai_lines.py), each parsed as OpenAI documents it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from sparkops.batch import lines, openai_batch
+from sparkops.jobdir import lines, openai_lines
 from tests.plugins.openai_format import OutputLine, parse_line
 
 CHAT = {
@@ -49,7 +49,7 @@ def roundtrip(obj):
 
 
 def test_a_success_is_openai_s_line_with_a_string_request_id():
-    line = openai_batch.output_line("c1", 3, 200, CHAT, None, "chatcmpl-1")
+    line = openai_lines.output_line("c1", 3, 200, CHAT, None, "chatcmpl-1")
     parsed, body = parse_line(roundtrip(line), "/v1/chat/completions")
     assert parsed.custom_id == "c1" and parsed.id.startswith("batch_req_")
     assert parsed.response.status_code == 200 and parsed.response.request_id == "chatcmpl-1"
@@ -57,21 +57,21 @@ def test_a_success_is_openai_s_line_with_a_string_request_id():
     assert lines.succeeded(line)
     # a server that gives no id, or a non-string one: still a string
     for given in (None, "", 12345):
-        rid = openai_batch.output_line("c1", 3, 200, CHAT, None, given)["response"]["request_id"]
+        rid = openai_lines.output_line("c1", 3, 200, CHAT, None, given)["response"]["request_id"]
         assert isinstance(rid, str) and rid
-    assert openai_batch.output_line("c", 1, 200, CHAT, None, 12345)["response"]["request_id"] == (
+    assert openai_lines.output_line("c", 1, 200, CHAT, None, 12345)["response"]["request_id"] == (
         "12345"
     )
 
 
 def test_an_http_error_keeps_the_server_s_body_in_response_with_error_null():
-    line = openai_batch.output_line("c2", 4, 400, VLLM_ERROR, "HTTP 400: max_tokens", None)
+    line = openai_lines.output_line("c2", 4, 400, VLLM_ERROR, "HTTP 400: max_tokens", None)
     parsed, _ = parse_line(roundtrip(line), "/v1/chat/completions")
     assert parsed.error is None
     assert parsed.response.status_code == 400 and parsed.response.body == VLLM_ERROR
     assert not lines.succeeded(line)
     # a 503 after the retries whose body was not JSON: an OpenAI-shaped error body
-    line = openai_batch.output_line("c3", 5, 503, None, "gave up after 9 attempts: HTTP 503", None)
+    line = openai_lines.output_line("c3", 5, 503, None, "gave up after 9 attempts: HTTP 503", None)
     parsed, _ = parse_line(roundtrip(line), "/v1/chat/completions")
     assert parsed.response.status_code == 503
     assert parsed.response.body["error"]["message"].startswith("gave up after 9 attempts")
@@ -88,7 +88,7 @@ def test_an_http_error_keeps_the_server_s_body_in_response_with_error_null():
     ],
 )
 def test_a_failure_without_an_http_answer_is_a_batch_error(status, message, code):
-    line = openai_batch.output_line("c4", 7, status, None, message, None)
+    line = openai_lines.output_line("c4", 7, status, None, message, None)
     parsed, _ = parse_line(roundtrip(line), "/v1/chat/completions")
     assert parsed.response is None
     assert (parsed.error.code, parsed.error.message, parsed.error.line) == (code, message, 7)
@@ -98,37 +98,37 @@ def test_a_failure_without_an_http_answer_is_a_batch_error(status, message, code
 def test_a_2xx_without_a_json_object_is_no_success_written_or_read():
     """The writer's decision (is_success) and the reader's (lines.outcome) are one rule."""
     for body in (None, ["a list"], "text"):
-        assert not openai_batch.is_success(200, body, None)
-        line = openai_batch.output_line("c5", 8, 200, body, None, "req-5")
+        assert not openai_lines.is_success(200, body, None)
+        line = openai_lines.output_line("c5", 8, 200, body, None, "req-5")
         parsed, _ = parse_line(roundtrip(line), "/v1/chat/completions")
         assert parsed.response is None and parsed.error.code == "invalid_response"
         assert parsed.error.message == "HTTP 200 answer that is not a JSON object"
         assert not lines.succeeded(line)
-    assert openai_batch.is_success(200, CHAT, None)
-    assert lines.succeeded(openai_batch.output_line("c6", 9, 200, CHAT, None, "req-6"))
+    assert openai_lines.is_success(200, CHAT, None)
+    assert lines.succeeded(openai_lines.output_line("c6", 9, 200, CHAT, None, "req-6"))
 
 
 def test_a_line_without_a_custom_id_is_keyed_by_its_input_line_for_resume():
-    line = openai_batch.output_line(None, 9, 0, None, "line 9: not valid JSON", None)
+    line = openai_lines.output_line(None, 9, 0, None, "line 9: not valid JSON", None)
     OutputLine.model_validate(line)
     assert lines.outcome(line).key == lines.LineKey(9)
-    assert lines.outcome(openai_batch.output_line("c", 9, 0, None, "x", None)).key == "c"
+    assert lines.outcome(openai_lines.output_line("c", 9, 0, None, "x", None)).key == "c"
 
 
 def test_embeddings_are_served_as_run_batch_serves_them():
-    line = openai_batch.output_line("e1", 1, 200, EMBEDDING, None, "embd-1")
+    line = openai_lines.output_line("e1", 1, 200, EMBEDDING, None, "embd-1")
     _, body = parse_line(roundtrip(line), "/v1/embeddings")
     assert body.data[0].embedding == [0.25, -0.5]
-    meta = openai_batch.meta_line("e1", 1, True, EMBEDDING, 2, 100.0, 101.5)
+    meta = openai_lines.meta_line("e1", 1, True, EMBEDDING, 2, 100.0, 101.5)
     assert meta["steps"] == [
         {"step": "request", "prompt_tokens": 5, "completion_tokens": None, "cached_tokens": None}
     ]
 
 
 def test_the_kit_s_fields_go_to_the_side_file_not_the_line(tmp_path):
-    line = openai_batch.output_line("c1", 3, 200, CHAT, None, "chatcmpl-1")
+    line = openai_lines.output_line("c1", 3, 200, CHAT, None, "chatcmpl-1")
     assert set(line) == {"id", "custom_id", "response", "error"}
-    meta = openai_batch.meta_line("c1", 3, True, CHAT, 2, 100.0, 101.5)
+    meta = openai_lines.meta_line("c1", 3, True, CHAT, 2, 100.0, 101.5)
     assert meta == {
         "custom_id": "c1",
         "line": 3,
@@ -140,12 +140,12 @@ def test_the_kit_s_fields_go_to_the_side_file_not_the_line(tmp_path):
             {"step": "request", "prompt_tokens": 12, "completion_tokens": 1, "cached_tokens": 8}
         ],
     }
-    assert openai_batch.meta_line("c2", 4, False, VLLM_ERROR, 1, None, 5.0)["steps"] == []
-    writer = openai_batch.MetaWriter(tmp_path)
+    assert openai_lines.meta_line("c2", 4, False, VLLM_ERROR, 1, None, 5.0)["steps"] == []
+    writer = openai_lines.MetaWriter(tmp_path)
     writer.append(meta)
     writer.append({**meta, "custom_id": "c2"})
     writer.close()
-    path = tmp_path / openai_batch.META
+    path = tmp_path / openai_lines.META
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [json.loads(x)["custom_id"] for x in path.read_text().splitlines()] == ["c1", "c2"]
 
@@ -155,10 +155,10 @@ def test_a_full_disk_while_writing_the_side_file_stops_the_job_with_one_line(tmp
 
     from sparkops.errors import JobStopped
 
-    writer = openai_batch.MetaWriter(tmp_path)
+    writer = openai_lines.MetaWriter(tmp_path)
     writer._fd = os.open("/dev/full", os.O_WRONLY)  # a real device: every write is ENOSPC
     try:
         with pytest.raises(JobStopped, match=r"No space left on device.*run the same command"):
-            writer.append(openai_batch.meta_line("c1", 1, False, None, 1, None, 1.0))
+            writer.append(openai_lines.meta_line("c1", 1, False, None, 1, None, 1.0))
     finally:
         os.close(writer._fd)

@@ -122,7 +122,7 @@ def test_the_kits_stderr_redacts_whatever_prints_on_it(capsys, monkeypatch):
 def test_the_job_folders_side_files_never_hold_a_credential(tmp_path):
     """Whoever writes a side file line or a small JSON file (runs, timeline, serving,
     prefix), a URL's credentials are redacted in it."""
-    from sparkops.batch.durable import append_json, write_json_atomic
+    from sparkops.jobdir.durable import append_json, write_json_atomic
 
     append_json(tmp_path / "runs.jsonl", {"event": "x", "endpoint": "http://u:pw@h:1"})
     append_json(tmp_path / "runs.jsonl", {"event": "y", "note": "no url, caf\u00e9"})

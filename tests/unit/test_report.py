@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from sparkops.batch.durable import append_json
-from sparkops.batch.jobdir import Manifest, prepare_dir
+from sparkops.jobdir.durable import append_json
+from sparkops.jobdir.folder import Manifest, prepare_dir
 from sparkops.metrics.timeline import (
     TimelineSample,
     Window,

@@ -1,4 +1,4 @@
-"""The serving record's pure core (batch/serving_record.py) and its job file (batch/serving.py)."""
+"""The serving record's pure core (jobdir/identity.py) and its job file (batch/serving.py)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ import pytest
 import yaml
 
 from sparkops import local_stack
-from sparkops.batch import serving, serving_record
+from sparkops.batch import serving
 from sparkops.batch.engine import Stats
 from sparkops.batch.progress import ProgressView
-from sparkops.batch.serving_record import Change, build_identity, cache_config, diff
 from sparkops.compare import serving as compare_serving
 from sparkops.errors import UserError
+from sparkops.jobdir import identity as serving_identity
+from sparkops.jobdir.identity import Change, build_identity, cache_config, diff
 from sparkops.local import state as local_state
 from sparkops.local.server import Server
 from sparkops.procs import proc_argv, proc_start_ticks
@@ -91,7 +92,7 @@ def test_diff_names_model_and_length_first_and_reads_as_one_phrase():
     after = identity(model="other", max_model_len="4096", **{"cache.block_size": "32"})
     changes = diff(identity(), after)
     assert [c.field for c in changes] == ["model", "max_model_len", "cache.block_size"]
-    assert serving_record.describe(changes) == (
+    assert serving_identity.describe(changes) == (
         "model m -> other, max_model_len 8192 -> 4096, cache.block_size 16 -> 32"
     )
 
@@ -110,7 +111,7 @@ def test_a_field_that_appears_or_disappears_is_a_change():
 
 def test_describe_is_bounded():
     changes = [Change(f"cache.f{i}", "1", "2") for i in range(7)]
-    assert serving_record.describe(changes).endswith("and 3 more")
+    assert serving_identity.describe(changes).endswith("and 3 more")
 
 
 # ---- the job file (serving.jsonl) ------------------------------------------------------
@@ -345,25 +346,25 @@ def test_local_up_writes_the_stack_record_a_job_reads_while_that_server_runs(tmp
     ],
 )
 def test_max_num_seqs_is_read_from_the_stack_records_command(command, seqs):
-    assert serving_record.max_num_seqs({"command": command}) == seqs
+    assert serving_identity.max_num_seqs({"command": command}) == seqs
 
 
 def test_no_stack_record_means_no_capacity():
-    assert serving_record.max_num_seqs(None) is None
-    assert serving_record.max_num_seqs({"command": "vllm serve"}) is None
-    assert serving_record.capacity(None, 1000, 1) is None
-    assert serving_record.capacity_warning(None) is None
+    assert serving_identity.max_num_seqs(None) is None
+    assert serving_identity.max_num_seqs({"command": "vllm serve"}) is None
+    assert serving_identity.capacity(None, 1000, 1) is None
+    assert serving_identity.capacity_warning(None) is None
 
 
 def test_the_calls_one_endpoint_gets_are_compared():
     stack = {"command": ["vllm", "serve", "m", "--max-num-seqs", "256"]}
-    two = serving_record.capacity(stack, 1000, 2)
+    two = serving_identity.capacity(stack, 1000, 2)
     assert two == {"max_num_seqs": 256, "concurrency": 1000, "per_endpoint": 500, "over": True}
-    assert serving_record.capacity_warning(two) == (
+    assert serving_identity.capacity_warning(two) == (
         "--concurrency 1000 (500 per endpoint) is above the server's --max-num-seqs 256: about "
         "244 requests at a time wait in the server's queue instead of running (the report "
         "shows them as waiting requests); lower --concurrency to 256 or raise --max-num-seqs"
     )
-    within = serving_record.capacity(stack, 512, 2)
+    within = serving_identity.capacity(stack, 512, 2)
     assert within is not None and within["over"] is False
-    assert serving_record.capacity_warning(within) is None
+    assert serving_identity.capacity_warning(within) is None

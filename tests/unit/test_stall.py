@@ -11,8 +11,8 @@ import pytest
 
 from sparkops.batch import stall
 from sparkops.batch.endpoints import EndpointPool
-from sparkops.batch.lines import RunEvent
 from sparkops.batch.stall import StallWatch, default_stall_after
+from sparkops.jobdir.lines import RunEvent
 
 
 def ms(t: int) -> float:

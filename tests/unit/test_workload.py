@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkops.batch.durable import iter_json_lines
 from sparkops.batch.fate import Fates, RecordState, Stats
-from sparkops.batch.jobdir import META, RESULTS
-from sparkops.batch.journal import Journal
 from sparkops.batch.outcome import Answer, Kind, http_failure, record_failure
 from sparkops.batch.records import InputProblem, Record
 from sparkops.batch.workload import OpenAIBatch, Pipeline, RecordError, workload_for
 from sparkops.errors import UserError
+from sparkops.jobdir.durable import iter_json_lines
+from sparkops.jobdir.folder import META, RESULTS
+from sparkops.jobdir.journal import Journal
 from sparkops.pipeline.spec import parse_pipeline
 
 SPEC = parse_pipeline(

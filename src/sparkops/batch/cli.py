@@ -11,10 +11,10 @@ from pathlib import Path
 
 from sparkops.batch.job import run_job
 from sparkops.batch.options import add_job_options, job_config, job_settings
-from sparkops.batch.status import job_status, status_line
 from sparkops.cli import command_family
 from sparkops.errors import JobStopped, UserError
 from sparkops.files import open_private
+from sparkops.jobdir.status import job_status, status_line
 from sparkops.privacy import redact
 
 CRASH_LOG = "crash.log"

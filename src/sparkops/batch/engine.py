@@ -30,8 +30,6 @@ from sparkops.batch.calls import send
 from sparkops.batch.checks import Checks
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.fate import Fates, RecordState, Stats
-from sparkops.batch.journal import Journal
-from sparkops.batch.lines import record_key
 from sparkops.batch.options import EngineSettings
 from sparkops.batch.outcome import Failure, Outcome, record_failure
 from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
@@ -39,6 +37,8 @@ from sparkops.batch.records import InputProblem, Record
 from sparkops.batch.stop_rules import FailFast, NoAnswer, Stop, SuspendDetector, all_stalled
 from sparkops.batch.transport import Transport
 from sparkops.batch.workload import Finish, RecordError, Workload
+from sparkops.jobdir.journal import Journal
+from sparkops.jobdir.lines import record_key
 
 __all__ = ["Engine", "EngineConfig", "RecordState", "Stats", "Stop"]
 

@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkops.batch import openai_batch
-from sparkops.batch.journal import Journal
-from sparkops.batch.lines import RECORD_ERROR, ResultLine
 from sparkops.batch.outcome import Answer, Failure
 from sparkops.batch.records import Record
+from sparkops.jobdir import openai_lines
+from sparkops.jobdir.journal import Journal
+from sparkops.jobdir.lines import RECORD_ERROR, ResultLine
 
 
 @dataclass
@@ -64,8 +64,8 @@ class Fates:
         self.stats = stats
         self.run = run
         # OpenAI batch lines: the kit's own per-request fields go to a side file
-        # (openai_batch), opened on the first one, so a pipeline job never has one
-        self.meta = openai_batch.MetaWriter(journal.dir)
+        # (openai_lines), opened on the first one, so a pipeline job never has one
+        self.meta = openai_lines.MetaWriter(journal.dir)
         # The job's serving epoch (batch/serving.py): 0 as the job found its endpoints, +1 at
         # every identity change; each finished record carries it, the boundary in the results.
         self.serving = 0
@@ -115,7 +115,7 @@ class Fates:
     def openai(
         self, state: RecordState, outcome: Answer | Failure, custom_id: str | None = ""
     ) -> None:
-        """Journal an OpenAI batch output line (built by openai_batch), then its meta line."""
+        """Journal an OpenAI batch output line (jobdir/openai_lines builds it), then its meta."""
         rid = state.record.id if custom_id == "" else custom_id
         line = state.record.line
         body: dict[str, Any] | None
@@ -124,9 +124,9 @@ class Fates:
         else:
             status, body = outcome.code, outcome.body
             error, request_id = outcome.message, outcome.request_id
-        ok = openai_batch.is_success(status, body, error)
-        self.journal.append(openai_batch.output_line(rid, line, status, body, error, request_id))
-        meta = openai_batch.meta_line(rid, line, ok, body, self.run, state.started, time.time())
+        ok = openai_lines.is_success(status, body, error)
+        self.journal.append(openai_lines.output_line(rid, line, status, body, error, request_id))
+        meta = openai_lines.meta_line(rid, line, ok, body, self.run, state.started, time.time())
         meta["serving"] = self.serving
         if isinstance(outcome, Failure):
             meta["failure"] = failure_fields(outcome)

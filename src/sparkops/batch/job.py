@@ -26,23 +26,11 @@ from typing import Any
 import aiohttp
 
 from sparkops import local_stack
-from sparkops.batch import collector, lines, serving, stall
+from sparkops.batch import collector, serving, stall
 from sparkops.batch.checks import other_model_message
-from sparkops.batch.durable import append_json, write_json_atomic
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
-from sparkops.batch.jobdir import (
-    PREFIX,
-    RESULTS,
-    RUNS,
-    Manifest,
-    check_out_dir,
-    drop_errors,
-    prepare_dir,
-)
-from sparkops.batch.journal import Journal
 from sparkops.batch.limits import ensure_open_files
-from sparkops.batch.lock import lock_job_dir
 from sparkops.batch.options import JobConfig
 from sparkops.batch.policy import POLICIES
 from sparkops.batch.preflight import preflight, record_serving
@@ -63,6 +51,10 @@ from sparkops.batch.sampler import Drift, sample_loop, sample_once
 from sparkops.batch.stall import Change
 from sparkops.batch.workload import Workload, workload_for
 from sparkops.errors import Interrupted, JobStopped, UserError
+from sparkops.jobdir import lines
+from sparkops.jobdir.folder import RESULTS, Manifest, check_out_dir
+from sparkops.jobdir.journal import Journal
+from sparkops.jobdir.run import JobRun
 from sparkops.metrics.timeline import LiveHitRate
 from sparkops.pipeline.spec import load_pipeline
 
@@ -211,10 +203,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     manifest = _manifest(workload, cfg, kind, scan)
     pool = EndpointPool.from_urls(cfg.endpoints, cfg.stall_after, cfg.sample_interval)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with (
-        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side,
-        contextlib.AsyncExitStack() as held,
-    ):
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side:
         default_model, prefix = await preflight(
             side,
             pool,
@@ -224,95 +213,100 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             budget=PREFLIGHT_TIMEOUT_S,
         )
         # one run per job directory (a second is refused naming this pid) until the end
-        held.enter_context(lock_job_dir(cfg.out))
-        resumed = prepare_dir(cfg.out, manifest, cfg.restart)
-        if cfg.retry_errors and (n := drop_errors(cfg.out)):
-            print(f"sparkops: sending {n} record(s) that ended in error again", file=sys.stderr)
-        if prefix is not None:
-            _write_json(cfg.out / PREFIX, prefix)
-        journal = Journal(cfg.out, workload.journal_key, cfg.fsync_interval)
-        journal.open()
-        already = len(journal.done)
-        run = 1 + sum(1 for r in lines.run_events(cfg.out / RUNS) if r.event == "start")
-        try:
-            served = await record_serving(side, pool, headers, cfg, run, manifest, stack, journal)
-        except BaseException:
-            journal.close()
-            raise
-        start = lines.RunEvent(
-            "start",
-            run,
-            time.time(),
-            {
-                "concurrency": cfg.concurrency,
-                "endpoints": len(pool.endpoints),
-                "schedule": cfg.policy,
-            },
-        )
-        append_json(cfg.out / RUNS, start.to_json())
-        engine = Engine(
-            EngineConfig(
-                **dict(cfg.engine()), api_key=api_key, run=run, strict_model=cfg.strict_serving
-            ),
-            pool,
-            journal,
-            workload,
-            POLICIES[cfg.policy],
-            default_model,
-        )
-        signals.engine = engine
-        engine.serving = served.epoch
-
-        def other_model(model: str, expected: str) -> None:  # a serving line and a warning
-            served.other_model(run, model, expected, journal.done_ok + journal.done_err)
-            if not cfg.strict_serving:
-                view.say(other_model_message(model, expected, False))
-
-        engine.checks.on_other_model = other_model
-        t0 = time.monotonic()
-        live = LiveHitRate()
-        view = ProgressView(
-            engine.stats,
-            scan.total,
-            already,
-            enabled=cfg.progress,
-            pool=pool,
-            status_interval=cfg.status_interval,
-        )
-        drift = Drift(served, engine, view, journal, run, cfg.strict_serving)
-
-        def on_stall_change(change: Change) -> None:  # job log + progress line (batch/stall.py)
-            append_json(cfg.out / RUNS, stall.log_event(change, run, time.time()))
-            view.note(change)
-
-        pool.on_change = on_stall_change
-
-        def sample() -> Awaitable[None]:  # one /metrics sample of every endpoint, then drift
-            return sample_once(side, pool, headers, cfg, run, engine.stats, live, drift)
-
-        sampler = asyncio.create_task(sample_loop(sample, cfg.sample_interval, view))
-        watch = asyncio.create_task(_watch_input(cfg.input, scan.stamp, engine))
-        try:
-            with view:
-                await engine.run(
-                    read_records(cfg.input, kind, cfg.id_field, cfg.encoding, scan.stamp.size)
+        with JobRun.open(
+            cfg.out,
+            manifest,
+            key_field=workload.journal_key,
+            restart=cfg.restart,
+            retry_errors=cfg.retry_errors,
+            prefix=prefix,
+            fsync_interval=cfg.fsync_interval,
+        ) as job:
+            if job.retried:
+                print(
+                    f"sparkops: sending {job.retried} record(s) that ended in error again",
+                    file=sys.stderr,
                 )
-        finally:
-            for task in (sampler, watch):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            if engine.stop_reason is None and (change := scan.stamp.change(cfg.input)):
-                engine.stop_reason = _input_changed(change)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(sample(), FINAL_SAMPLE_S)
-            journal.close()
-            end = lines.RunEvent("end", run, time.time())
-            if engine.stop_reason is not None:
-                end.extra["stopped"] = engine.stop_reason.kind
-            append_json(cfg.out / RUNS, end.to_json())
-    _raise_for_stop(engine.stop_reason, journal)
-    return _summary(cfg, scan.total, engine.stats, time.monotonic() - t0, resumed, journal)
+            journal = job.journal
+            served = await record_serving(side, pool, headers, cfg, job, manifest, stack)
+            job.log(
+                lines.RunEvent(
+                    "start",
+                    job.number,
+                    time.time(),
+                    {
+                        "concurrency": cfg.concurrency,
+                        "endpoints": len(pool.endpoints),
+                        "schedule": cfg.policy,
+                    },
+                )
+            )
+            engine = Engine(
+                EngineConfig(
+                    **dict(cfg.engine()),
+                    api_key=api_key,
+                    run=job.number,
+                    strict_model=cfg.strict_serving,
+                ),
+                pool,
+                journal,
+                workload,
+                POLICIES[cfg.policy],
+                default_model,
+            )
+            signals.engine = engine
+            engine.serving = served.epoch
+
+            def other_model(model: str, expected: str) -> None:  # a serving line and a warning
+                served.other_model(job.number, model, expected, job.finished)
+                if not cfg.strict_serving:
+                    view.say(other_model_message(model, expected, False))
+
+            engine.checks.on_other_model = other_model
+            t0 = time.monotonic()
+            live = LiveHitRate()
+            view = ProgressView(
+                engine.stats,
+                scan.total,
+                len(journal.done),
+                enabled=cfg.progress,
+                pool=pool,
+                status_interval=cfg.status_interval,
+            )
+            drift = Drift(served, engine, view, job, cfg.strict_serving)
+
+            def on_stall_change(change: Change) -> None:  # job log + progress (batch/stall.py)
+                job.log(stall.run_event(change, job.number, time.time()))
+                view.note(change)
+
+            pool.on_change = on_stall_change
+
+            def sample() -> Awaitable[None]:  # one /metrics sample of every endpoint, then drift
+                return sample_once(side, pool, headers, job, engine.stats, live, drift)
+
+            sampler = asyncio.create_task(sample_loop(sample, cfg.sample_interval, view))
+            watch = asyncio.create_task(_watch_input(cfg.input, scan.stamp, engine))
+            try:
+                with view:
+                    await engine.run(
+                        read_records(cfg.input, kind, cfg.id_field, cfg.encoding, scan.stamp.size)
+                    )
+            finally:
+                for task in (sampler, watch):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                if engine.stop_reason is None and (change := scan.stamp.change(cfg.input)):
+                    engine.stop_reason = _input_changed(change)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sample(), FINAL_SAMPLE_S)
+                journal.close()
+                end = lines.RunEvent("end", job.number, time.time())
+                if engine.stop_reason is not None:
+                    end.extra["stopped"] = engine.stop_reason.kind
+                job.log(end)
+    _raise_for_stop(engine.stop_reason, job.journal)
+    return _summary(cfg, scan.total, engine.stats, time.monotonic() - t0, job)
 
 
 def _manifest(workload: Workload, cfg: JobConfig, kind: InputKind, scan: InputScan) -> Manifest:
@@ -342,9 +336,7 @@ def _raise_for_stop(stop: Stop | None, journal: Journal) -> None:
         raise JobStopped(f"stopped: {stop.message}")
 
 
-def _summary(
-    cfg: JobConfig, total: int, st: Stats, elapsed: float, resumed: bool, journal: Journal
-) -> JobSummary:
+def _summary(cfg: JobConfig, total: int, st: Stats, elapsed: float, job: JobRun) -> JobSummary:
     """The finished run in figures; records/min counts records done, not errors."""
     return JobSummary(
         out=cfg.out,
@@ -357,10 +349,10 @@ def _summary(
         elapsed_s=elapsed,
         records_per_min=st.done / elapsed * 60 if elapsed > 0 and st.done else None,
         hit_rate=st.hit_rate,
-        resumed=resumed,
-        job_done=journal.done_ok,
-        job_errors=journal.done_err,
-        causes=_job_causes(cfg.out / RESULTS).most_common() if journal.done_err else [],
+        resumed=job.resumed,
+        job_done=job.journal.done_ok,
+        job_errors=job.journal.done_err,
+        causes=_job_causes(cfg.out / RESULTS).most_common() if job.journal.done_err else [],
     )
 
 
@@ -407,8 +399,3 @@ def _job_causes(path: Path) -> Counter[str]:
         if result.error is not None:
             causes[error_cause(result.error)] += 1
     return causes
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    """Job files are replaced atomically (never left empty or truncated by a crash)."""
-    write_json_atomic(path, obj)

@@ -245,7 +245,7 @@ class JobConfig(EngineSettings):
         ),
         Flag("--no-progress", negate=True),
     ] = True
-    # Seconds between the journal's fsyncs (batch/journal.py).
+    # Seconds between the journal's fsyncs (jobdir/journal.py).
     fsync_interval: Interval = 1.0
 
     @field_validator("policy")

@@ -15,13 +15,14 @@ from typing import Any
 import aiohttp
 
 from sparkops import openai_http
-from sparkops.batch import checks, serving, serving_record
+from sparkops.batch import checks, serving
 from sparkops.batch.endpoints import EndpointPool
-from sparkops.batch.jobdir import Manifest
-from sparkops.batch.journal import Journal
 from sparkops.batch.options import JobConfig
 from sparkops.batch.workload import Workload
 from sparkops.errors import JobStopped
+from sparkops.jobdir import identity
+from sparkops.jobdir.folder import Manifest
+from sparkops.jobdir.run import JobRun
 from sparkops.pipeline.check import analyse_step, probe_records
 from sparkops.pipeline.prompt import build_messages
 from sparkops.privacy import redact
@@ -92,10 +93,9 @@ async def record_serving(
     pool: EndpointPool,
     headers: dict[str, str],
     cfg: JobConfig,
-    run: int,
+    job: JobRun,
     manifest: Manifest,
     stack: dict[str, Any] | None,
-    journal: Journal,
 ) -> serving.ServingLog:
     """The run's start line in serving.jsonl: what serves the job now, against what served
     it before (a resumed job); --strict-serving refuses a changed setup before any request."""
@@ -103,7 +103,7 @@ async def record_serving(
     # the GPU check (a second or two of nvidia-smi samples) runs while the endpoints answer
     gpu = asyncio.create_task(asyncio.to_thread(serving.gpu_state, cfg.endpoints))
     try:
-        found: dict[str, serving_record.Identity | None] = {}
+        found: dict[str, identity.Identity | None] = {}
         problems: dict[str, str] = {}
         for ep in pool.endpoints:
             try:
@@ -120,11 +120,12 @@ async def record_serving(
         manifest.pipeline_fingerprint, manifest.input_fingerprint, gpu_state, stack
     )
     # concurrency above the server's --max-num-seqs: said now, kept for the report
-    context["capacity"] = serving_record.capacity(stack, cfg.concurrency, len(pool.endpoints))
-    if warning := serving_record.capacity_warning(context["capacity"]):
+    context["capacity"] = identity.capacity(stack, cfg.concurrency, len(pool.endpoints))
+    if warning := identity.capacity_warning(context["capacity"]):
         print(f"sparkops: warning: {warning}", file=sys.stderr)
-    done = journal.done_ok + journal.done_err
-    for base, changes in log.write_start(run, found, problems, context, done).items():
+    for base, changes in log.write_start(
+        job.number, found, problems, context, job.finished
+    ).items():
         print(
             f"sparkops: warning: {serving.change_sentence(base, changes, log.epoch)}",
             file=sys.stderr,

@@ -17,16 +17,14 @@ from dataclasses import dataclass
 import aiohttp
 
 from sparkops import openai_http
-from sparkops.batch import lines, serving
-from sparkops.batch.durable import append_json
+from sparkops.batch import serving
 from sparkops.batch.endpoints import Endpoint, EndpointPool
 from sparkops.batch.engine import Engine
 from sparkops.batch.fate import Stats
-from sparkops.batch.jobdir import TIMELINE
-from sparkops.batch.journal import Journal
-from sparkops.batch.options import JobConfig
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.stop_rules import Stop
+from sparkops.jobdir import lines
+from sparkops.jobdir.run import JobRun
 from sparkops.metrics.timeline import LiveHitRate
 
 
@@ -37,8 +35,7 @@ class Drift:
     log: serving.ServingLog
     engine: Engine
     view: ProgressView
-    journal: Journal
-    run: int
+    job: JobRun
     strict: bool
 
     async def check(
@@ -52,8 +49,7 @@ class Drift:
             ident = await serving.probe(side, ep.base, ep.metrics_url, headers, metrics_text)
         except openai_http.NoAnswer:
             return  # down or slow this time: the next sample (or its recovery) checks again
-        done = self.journal.done_ok + self.journal.done_err
-        changes = self.log.observe(self.run, ep.name, ident, done)
+        changes = self.log.observe(self.job.number, ep.name, ident, self.job.finished)
         if not changes:
             return
         self.engine.serving = self.log.epoch
@@ -68,8 +64,7 @@ async def sample_once(
     side: aiohttp.ClientSession,
     pool: EndpointPool,
     headers: dict[str, str],
-    cfg: JobConfig,
-    run: int,
+    job: JobRun,
     stats: Stats,
     live: LiveHitRate,
     drift: Drift | None = None,
@@ -82,14 +77,14 @@ async def sample_once(
         values = _values(text)
         sample = lines.TimelineSample(
             now,
-            run,
+            job.number,
             ep.name,
             values,
             stats.done + stats.errors,
             stats.in_flight,
             time.process_time(),  # the client's own CPU (metrics/bottleneck.py)
         )
-        append_json(cfg.out / TIMELINE, sample.to_json())
+        job.sample(sample)
         live.add(ep.base, values)
         pool.observe(ep, values)  # the stall watch (the pool's clock): do its counters move?
         if drift is not None:

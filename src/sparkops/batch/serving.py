@@ -9,7 +9,7 @@ OpenAI meta line also carries its `serving` epoch):
   fingerprints, the GPU state (`sparkops-gpu-check --json`, when it runs on this machine,
   else {"unavailable": why}), the stack's own record (`--stack-record`, written by the
   deploy next to the compose file, or the `sparkops local up` server's model and command
-  line when an endpoint is one), and per endpoint its identity (see serving_record) or
+  line when an endpoint is one), and per endpoint its identity (see jobdir/identity.py) or
   {"unreachable": why}; `changes` per endpoint when a resumed job finds another setup.
 - `{"event": "change", "endpoint": ..., "identity": ..., "changes": [...]}` whenever an
   endpoint's identity changes during a run (re-checked on every metrics sample, so also
@@ -37,11 +37,11 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from sparkops import __version__, openai_http
-from sparkops.batch import lines, serving_record
-from sparkops.batch.durable import append_json
-from sparkops.batch.jobdir import SERVING
-from sparkops.batch.serving_record import Change, Identity
 from sparkops.inputs import read_json
+from sparkops.jobdir import identity, lines
+from sparkops.jobdir.durable import append_json
+from sparkops.jobdir.folder import SERVING
+from sparkops.jobdir.identity import Change, Identity
 from sparkops.privacy import is_secret_name
 
 # One identity probe (three small GETs) is bounded: a slow server is "no answer this time".
@@ -75,8 +75,8 @@ async def probe(
     except TimeoutError:
         raise openai_http.NoAnswer(f"no answer within {PROBE_TIMEOUT_S:g} s") from None
     try:
-        cache = serving_record.cache_config(metrics_text) if metrics_text else None
-        return serving_record.build_identity(version, models, cache)
+        cache = identity.cache_config(metrics_text) if metrics_text else None
+        return identity.build_identity(version, models, cache)
     except ValueError as err:
         raise openai_http.NoAnswer(str(err)) from None
 
@@ -154,7 +154,7 @@ def _changes(
     out = {}
     for base, ident in found.items():
         if ident is not None and base in known:
-            changes = serving_record.diff(known[base], ident)
+            changes = identity.diff(known[base], ident)
             if changes:
                 out[base] = changes
     return out
@@ -232,7 +232,7 @@ class ServingLog:
             self.baseline[base] = self.last[base] = ident
             self._write_change(run, base, ident, results_from, [])
             return []
-        changes = serving_record.diff(before, ident)
+        changes = identity.diff(before, ident)
         if not changes:
             return []
         self.epoch += 1
@@ -278,7 +278,7 @@ def job_context(
 def change_sentence(base: str, changes: list[Change], epoch: int) -> str:
     """What the progress line and the job's stderr say when an endpoint changed."""
     return (
-        f"endpoint {base} changed what it serves: {serving_record.describe(changes)}; "
+        f"endpoint {base} changed what it serves: {identity.describe(changes)}; "
         f"records finished from now on are marked serving={epoch} (see serving.jsonl)"
     )
 
@@ -288,7 +288,7 @@ def strict_message(base: str, changes: list[Change], during: bool) -> str:
     when = "during the job" if during else "since the job started"
     return (
         f"--strict-serving: endpoint {base} changed {when}: "
-        f"{serving_record.describe(changes)}; finished records are kept: restore the server "
+        f"{identity.describe(changes)}; finished records are kept: restore the server "
         "it started with and run the same command to resume, or run without --strict-serving "
         "to accept the change (the boundary is recorded in serving.jsonl)"
     )

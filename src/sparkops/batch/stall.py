@@ -35,8 +35,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sparkops.batch.lines import RunEvent
 from sparkops.batch.options import SAMPLE_INTERVAL_S
+from sparkops.jobdir.lines import RunEvent
 
 FLOOR_S = 120.0
 SAMPLES = 4  # the counters need a few samples to show movement
@@ -193,13 +193,18 @@ def default_stall_after(sample_interval: float, slowest_answer: float) -> float:
 
 
 def log_event(change: Change, run: int, wall: float) -> dict[str, Any]:
-    """The runs.jsonl line for a change (the job log; the report reads it back)."""
+    """The runs.jsonl line for a change, as JSON."""
+    return run_event(change, run, wall).to_json()
+
+
+def run_event(change: Change, run: int, wall: float) -> RunEvent:
+    """The runs.jsonl event for a change (the job log; the report reads it back)."""
     extra: dict[str, Any] = {"endpoint": change.endpoint}
     if change.kind == "rejoined":
         extra.update(out_s=round(change.quiet_s, 1), how=change.how)
     else:
         extra.update(quiet_s=round(change.quiet_s, 1), in_flight=change.in_flight)
-    return RunEvent(change.kind, run, wall, extra).to_json()
+    return RunEvent(change.kind, run, wall, extra)
 
 
 @dataclass(slots=True)

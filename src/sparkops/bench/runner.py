@@ -20,10 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch import lines
 from sparkops.batch.endpoints import normalise_base
 from sparkops.batch.job import JobConfig, run_job
-from sparkops.batch.jobdir import RESULTS, TIMELINE
 from sparkops.bench.plots import write_plots
 from sparkops.bench.sweep import (
     LEVEL_ONE_RECORDS,
@@ -35,6 +33,8 @@ from sparkops.bench.sweep import (
 )
 from sparkops.errors import UserError
 from sparkops.files import write_atomic
+from sparkops.jobdir import lines
+from sparkops.jobdir.folder import RESULTS, TIMELINE
 from sparkops.plan.decode import DecodeCeiling, decode_ceiling
 from sparkops.plan.memory import dtype_bytes
 from sparkops.plan.shapes import kv_dtype_of, profile_shape

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sparkops.batch.lines import Finished
+from sparkops.jobdir.lines import Finished
 from sparkops.metrics.bottleneck import name_bottleneck
 from sparkops.metrics.timeline import (
     TimelineSample,

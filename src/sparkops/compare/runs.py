@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkops.batch.jobdir import RESULTS
-from sparkops.batch.lines import outcome
 from sparkops.errors import UserError
+from sparkops.jobdir.folder import RESULTS
+from sparkops.jobdir.lines import outcome
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch import lines
-from sparkops.batch.jobdir import SERVING
-from sparkops.batch.serving_record import Change, diff
+from sparkops.jobdir import lines
+from sparkops.jobdir.folder import SERVING
+from sparkops.jobdir.identity import Change, diff
 
 # GPU fields that describe the hardware and its software, not the moment (clocks, pstate).
 GPU_FIELDS = ("name", "driver_version", "cuda_version", "clock_max_mhz", "power_limit_w")

@@ -1,7 +1,7 @@
 """The maths of a job's timeline: counter deltas, hit rate, steady-state rates.
 
 Pure functions over timeline samples (`TimelineSample`, one line of timeline.jsonl; read and
-written through batch/lines.py), so the report can be recomputed from the job directory
+written through jobdir/lines.py), so the report can be recomputed from the job directory
 alone, over every run of a resumed job. vLLM counters are cumulative since server start and
 reset when a server restarts; every delta here sums only increases, and treats a drop as a
 restart (the new value counts from zero).

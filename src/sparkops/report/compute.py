@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch import lines, stall
-from sparkops.batch.durable import read_json_file
-from sparkops.batch.jobdir import META, RESULTS, RUNS, SERVING, TIMELINE, Manifest, load_manifest
+from sparkops.batch import stall
+from sparkops.jobdir import lines
+from sparkops.jobdir.durable import read_json_file
+from sparkops.jobdir.folder import META, RESULTS, RUNS, SERVING, TIMELINE, Manifest, load_manifest
 from sparkops.metrics.bottleneck import Bottleneck, name_bottleneck
 from sparkops.metrics.timeline import (
     TimelineSample,
@@ -106,7 +107,7 @@ def load_dir(directory: Path) -> JobData:
 
     Counts come from results.jsonl, the job's authority. Times, runs and token counts come
     from the same lines for a pipeline job, and from openai-meta.jsonl for an OpenAI batch
-    job, whose output lines carry nothing but OpenAI's fields (see batch/openai_batch.py).
+    job, whose output lines carry nothing but OpenAI's fields (see jobdir/openai_lines.py).
     """
     manifest = load_manifest(directory)
     prefix: dict[str, Any] = {}

@@ -11,8 +11,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sparkops.batch.lines import ServingChange, ServingLine, ServingRecord, ServingStart
-from sparkops.batch.serving_record import Change, describe
+from sparkops.jobdir.identity import Change, describe
+from sparkops.jobdir.lines import ServingChange, ServingLine, ServingRecord, ServingStart
 from sparkops.metrics.timeline import TimelineSample
 
 # Identity fields shown in the report's table, in this order (the rest follow).
@@ -71,7 +71,7 @@ def summarise(
 def _capacity(
     starts: list[ServingStart], samples: Sequence[TimelineSample]
 ) -> dict[str, Any] | None:
-    """The last run's capacity record (batch/serving_record.capacity) and the waiting
+    """The last run's capacity record (batch/identity.capacity) and the waiting
     requests (vllm:num_requests_waiting) per timeline sample: peak and median."""
     caps = [x.capacity for x in starts if x.capacity is not None]
     if not caps:

@@ -23,7 +23,7 @@ a side file, `openai-meta.jsonl`, one line per finished request, written right a
 results line: exactly once rests on `results.jsonl` alone (one write per record), and a kill
 between the two writes loses at most one record's timing, never a record. The report reads
 its times and token counts from the side file; status and resume read `results.jsonl` only.
-Whether a line is a success is read by batch/lines.py (`outcome`), as for every results line.
+Whether a line is a success is read by jobdir/lines.py (`outcome`), as for every results line.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch import lines
-from sparkops.batch.durable import dumps_line, fsync_fd, open_append, write_all
-from sparkops.batch.jobdir import META
+from sparkops.jobdir import lines
+from sparkops.jobdir.durable import dumps_line, fsync_fd, open_append, write_all
+from sparkops.jobdir.folder import META
 
 # A request succeeded: a 2xx answer whose body is a JSON object, and no error (the rule is
-# batch/lines.py's, which reads the line back with it).
+# jobdir/lines.py's, which reads the line back with it).
 is_success = lines.answer_ok
 
 

@@ -7,8 +7,8 @@ traceback. Small job files (manifest, prefix) are replaced atomically (`write_js
 so a crash leaves the old file or the new one, never an empty or truncated one. On start, a
 torn last line (power loss mid-write) is cut off (`repair_torn_tail`).
 
-These are the primitives; which file holds what is batch/jobdir.py's business, and what each
-line means is batch/lines.py's.
+These are the primitives; which file holds what is jobdir/folder.py's business, and what each
+line means is jobdir/lines.py's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`sparkops batch status DIR`: how far a job got, from its files alone.
 
-Errors are told apart by kind (batch/lines.py): a record error is the record's own (the
+Errors are told apart by kind (jobdir/lines.py): a record error is the record's own (the
 server refused that request; `batch run --retry-errors` sends it again once its cause is
 fixed); any other kind was recorded by an older client for a failure that was not the
 record's; `remaining` are records with no line yet (a resume sends them).
@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkops.batch import lines
-from sparkops.batch.jobdir import JobDir, load_manifest
-from sparkops.batch.lock import lock_holder
+from sparkops.jobdir import lines
+from sparkops.jobdir.folder import JobDir, load_manifest, lock_holder
 
 
 @dataclass(frozen=True, slots=True)

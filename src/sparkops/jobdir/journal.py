@@ -1,11 +1,11 @@
 """The results journal of a job: append-only `results.jsonl`, the authority on what is finished.
 
 Exactly once rests on three rules: a record is finished only when its line is in
-`results.jsonl`; lines are appended with one write each (batch/durable.py: a short write is
+`results.jsonl`; lines are appended with one write each (jobdir/durable.py: a short write is
 finished, never torn; a full disk stops the job with one line) and fsynced at a bounded
 interval; on start the file is scanned, a torn last line (power loss mid-write) is cut off,
 and every key already there is skipped. A record in flight when the client died has no line,
-so it is simply sent again. What a line says (its key, success or error) is batch/lines.py's.
+so it is simply sent again. What a line says (its key, success or error) is jobdir/lines.py's.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch import lines
-from sparkops.batch.durable import (
+from sparkops.jobdir import lines
+from sparkops.jobdir.durable import (
     dumps_line,
     fsync_fd,
     iter_json_lines,
@@ -24,7 +24,7 @@ from sparkops.batch.durable import (
     repair_torn_tail,
     write_all,
 )
-from sparkops.batch.jobdir import RESULTS
+from sparkops.jobdir.folder import RESULTS
 
 
 class Journal:

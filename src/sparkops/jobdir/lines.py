@@ -5,7 +5,7 @@ lines (OpenAI batch jobs, `results.jsonl` too), their meta lines (`openai-meta.j
 events (`runs.jsonl`), timeline samples (`timeline.jsonl`, the record is
 metrics/timeline.py's) and serving lines (`serving.jsonl`: start, change, other-model). Each
 kind is a typed record here with its `to_json` (what its writer appends) and its reader (the
-OpenAI output and meta lines are built by batch/openai_batch.py, whose format they are), so
+OpenAI output and meta lines are built by jobdir/openai_lines.py, whose format they are), so
 `batch`, `status`, `report`, `compare` and `bench` read attributes, never a field two ways.
 Readers are lenient, as the files outlive the client that wrote them: a field of the wrong
 type in an old or hand-edited line reads as absent (None), never as a crash.
@@ -14,7 +14,7 @@ type in an old or hand-edited line reads as absent (None), never as a crash.
 success, which record it covers and what error it records: the journal's tallies, `batch
 status`, the report, `compare`, `bench` and the job summary all ask it. Its rule for an
 OpenAI answer, `answer_ok`, is also what decides an OpenAI record's fate as it is written
-(openai_batch.is_success), so the writer and the reader cannot disagree.
+(openai_lines.is_success), so the writer and the reader cannot disagree.
 
 Keys: a record is keyed by its id (a string); an input line without a readable id by
 `LineKey(n)`, a different type, so no id can ever equal it (an id spelt like the old
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from sparkops.batch.durable import iter_json_lines
-from sparkops.batch.serving_record import Change, Identity
+from sparkops.jobdir.durable import iter_json_lines
+from sparkops.jobdir.identity import Change, Identity
 from sparkops.metrics.timeline import TimelineSample as TimelineSample  # the sampler's writer
 
 
@@ -141,7 +141,7 @@ def _number(value: Any) -> float | None:
 
 def answer_ok(status: Any, body: Any, error: Any) -> bool:
     """The one rule for an OpenAI batch request: a 2xx answer whose body is a JSON object,
-    and no error. Fates decides with it as it writes the line (openai_batch.is_success),
+    and no error. Fates decides with it as it writes the line (openai_lines.is_success),
     `outcome` as it reads one back: an HTTP error line has `error: null` but a non-2xx
     `response.status_code`."""
     return (
@@ -248,7 +248,7 @@ def finished(path: Path) -> Iterator[Finished]:
 
 
 def meta_timings(path: Path) -> Iterator[Timing]:
-    """Every OpenAI meta line of `path` (openai_batch.meta_line writes them)."""
+    """Every OpenAI meta line of `path` (openai_lines.meta_line writes them)."""
     return (Timing.from_json(obj, bool(obj.get("ok"))) for obj in iter_json_lines(path))
 
 
@@ -428,7 +428,7 @@ class ServingStart(ServingLine):
 
     @property
     def capacity(self) -> dict[str, Any] | None:
-        """serving_record.capacity's record, when --max-num-seqs was known."""
+        """identity.capacity's record, when --max-num-seqs was known."""
         value = self.context.get("capacity")
         return value if isinstance(value, dict) else None
 

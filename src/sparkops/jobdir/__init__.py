@@ -1,0 +1,8 @@
+"""The job folder as its own layer: layout and lock (folder), line formats (lines), durable
+writes (durable), the results journal (journal), `batch status` (status), what served a job
+(identity), OpenAI batch output lines (openai_lines), and one run's handle (run.JobRun).
+
+Below the client (batch/) and the readers (report/, compare/, bench/): it imports neither,
+so a reader of a job folder never loads the client (the import contracts in pyproject.toml
+say so, and `make lint` checks them).
+"""
