@@ -37,6 +37,7 @@ import yaml
 
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
+from sparkops.render import envfile
 from tests.plugins.hosts import run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
 from tests.plugins.vllm_server import mounted_venv_vars
@@ -46,7 +47,9 @@ pytestmark = pytest.mark.infra
 REPO = Path(__file__).resolve().parents[2]
 HEALTHY_TIMEOUT_S = 300  # Docker's own health check runs every 30 s after a 120 s start period
 # Secrets the deploy writes to serving.env (0600) only: never in the readable stack record.
-API_KEY = f"sk-deploy-{secrets.token_hex(8)}"
+# The key holds what compose's env-file parsing once rewrote (`$HOME` became /root, so every
+# client got 401: issue 34 item 4): quotes, a backtick, `$`, `%`, `\`, `#` and a space.
+API_KEY = f"sk-deploy-{secrets.token_hex(8)}$HOME'\"`%\\# x"
 HF_TOKEN = f"hf_{secrets.token_hex(8)}"
 
 
@@ -159,6 +162,11 @@ def test_deploy_converges_and_a_second_run_changes_nothing(local_inventory):
     container = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm")
     container_id = container.stdout.strip()
     assert container_id, container.stderr
+    # vLLM runs with the key exactly as given (compose interpolated `$HOME` in it once).
+    environ = json.loads(
+        run_docker("inspect", "--format", "{{json .Config.Env}}", container_id).stdout
+    )
+    assert f"VLLM_API_KEY={API_KEY}" in environ
     health = _wait_healthy(container_id)
     assert health["Status"] == "healthy", json.dumps(health)[-3000:]
     state = json.loads(run_docker("inspect", "--format", "{{json .State}}", container_id).stdout)
@@ -224,7 +232,8 @@ def _a_job_keeps_the_deployed_stack_record(stack: Path, port: int, tmp: Path) ->
     text = copy.read_text(encoding="utf-8")
     assert text == (stack / "stack-record.json").read_text(encoding="utf-8")
     assert API_KEY not in text and HF_TOKEN not in text
-    assert API_KEY in (stack / "serving.env").read_text(encoding="utf-8")  # it was deployed
+    written = envfile.read((stack / "serving.env").read_text(encoding="utf-8"))
+    assert written["VLLM_API_KEY"] == API_KEY  # it was deployed
     record = json.loads(text)
     assert record["profile"] == "cpu-tiny" and record["command"]
     body = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}

@@ -57,8 +57,16 @@ ENGINE_FAMILY = ("docker-ce", "docker-ce-cli", "containerd.io")
 AFTER_WIRING = "TASK [container_runtime : Add the job users to the docker group]"
 SITE_FILE = "/etc/site/docker-daemon.json"
 # Options under "runtimes" beside the nvidia runtime: a shallow merge dropped runtimes.nvidia,
-# which the nvidia task added back, restarting Docker on every converge.
-DAEMON_OPTIONS = {"log-driver": "local", "runtimes": {"runc-alt": {"path": "runc"}}}
+# which the nvidia task added back, restarting Docker on every converge. data-root spelt other
+# than Docker reports it (a trailing slash, through a link to the engine's own folder): the
+# same folder to Docker, which once restarted the engine on every converge and then failed
+# with "still does not run with what daemon.json says" (issue 34 item 1).
+DATA_ROOT_LINK = "/srv/docker-root"
+DAEMON_OPTIONS = {
+    "log-driver": "local",
+    "runtimes": {"runc-alt": {"path": "runc"}},
+    "data-root": f"{DATA_ROOT_LINK}/",
+}
 NVIDIA = {"args": [], "path": "nvidia-container-runtime"}
 RESTART = re.compile(r"RUNNING HANDLER \[container_runtime : Restart Docker\][^\n]*\n(changed|ok)")
 
@@ -67,6 +75,12 @@ def installed(host: Host, package: str) -> bool:
     """Whether dpkg lists ``package`` as installed on ``host``."""
     status = host.exec(["dpkg-query", "--show", "--showformat", "${db:Status-Status}", package])
     return status.stdout.strip() == "installed"
+
+
+def docker_started(host: Host) -> str:
+    """When the host's Docker engine last started (systemd's monotonic stamp)."""
+    show = ["systemctl", "show", "docker", "--property=ActiveEnterTimestampMonotonic", "--value"]
+    return host.exec(show, check=True).stdout.strip()
 
 
 def runtimes(host: Host) -> dict:
@@ -186,6 +200,7 @@ class Interrupted:
     site_after: dict
     requests_import: int
     offline: PlaybookRun
+    docker_started: tuple[str, str]
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +236,7 @@ def interrupted(
     )
     assert host.exec(["systemctl", "is-active", "docker"]).stdout.strip() == "active"
     assert "nvidia" not in runtimes(host)
+    host.exec(["ln", "-s", "/var/lib/docker", DATA_ROOT_LINK], check=True)
     # The site keeps Docker's options elsewhere; /etc/docker/daemon.json links to them.
     host.exec(
         f'mkdir -p /etc/site && echo \'{{"log-level": "info"}}\' > {SITE_FILE}'
@@ -236,10 +252,12 @@ def interrupted(
     linked = host.exec(["test", "-L", "/etc/docker/daemon.json"]).returncode == 0
     site_after = json.loads(host.exec(["cat", SITE_FILE], check=True).stdout)
     requests_import = host.exec(["python3", "-c", "import requests"]).returncode
+    before = docker_started(host)
     with offline(host):
         # Really cut off: no route leaves the host (the apt mirror is unreachable).
         assert host.exec(["ip", "route", "show", "default"]).stdout.strip() == ""
         cut_off = provision(inventory, *TAGS)
+    started = (before, docker_started(host))
     print(
         f"\ninterrupted host: ghost refusal {refused.seconds:.0f} s, recovery"
         f" {recovered.seconds:.0f} s, offline re-converge {cut_off.seconds:.0f} s"
@@ -257,6 +275,7 @@ def interrupted(
         site_after,
         requests_import,
         cut_off,
+        started,
     )
 
 
@@ -294,11 +313,13 @@ def test_a_killed_first_converge_is_finished_by_the_next_one(interrupted: Interr
     # Every option the role manages is compared, not only the nvidia runtime.
     assert "log-driver: daemon.json says local, the engine runs json-file" in text
     assert "runtimes: daemon.json says nvidia, runc-alt, the engine runs" in text
+    assert "data-root" not in text  # the same folder as Docker runs: no difference named
     restart = RESTART.search(out)
     assert restart and restart.group(1) == "changed", out[-4000:]
     info = engine_info(interrupted.host)
     assert {"nvidia", "runc-alt"} <= set(info["Runtimes"]) and info["LoggingDriver"] == "local"
     assert info["DefaultRuntime"] == "runc"
+    assert info["DockerRootDir"] == "/var/lib/docker"
 
 
 def test_a_linked_daemon_json_is_written_through_and_merged_deeply(
@@ -308,6 +329,7 @@ def test_a_linked_daemon_json_is_written_through_and_merged_deeply(
     assert interrupted.site_after == {
         "log-level": "info",
         "log-driver": "local",
+        "data-root": f"{DATA_ROOT_LINK}/",
         "runtimes": {"nvidia": NVIDIA, "runc-alt": {"path": "runc"}},
     }  # and no default-runtime
     assert "is a link to /etc/site/docker-daemon.json" in interrupted.recovered.text
@@ -318,4 +340,7 @@ def test_a_converged_host_reconverges_offline_changing_nothing(interrupted: Inte
     run = interrupted.offline
     assert run.rc == 0, run.output[-4000:]
     assert (run.changed, run.failed) == (0, 0), run.output
+    # data-root spelt with a slash and through a link is Docker's own folder: no restart.
+    before, after = interrupted.docker_started
+    assert before and before == after
     assert run.seconds < 300

@@ -78,3 +78,26 @@ def test_an_engine_that_runs_the_file_has_no_drift() -> None:
     }
     drift = daemon.container_runtime_engine_drift(INFO, config, list(config)[:4])
     assert drift == {"differs": [], "unseen": []}
+
+
+def test_a_path_option_is_compared_as_docker_means_it() -> None:
+    """Issue 34 item 1: a trailing slash, a doubled slash or a link is the same data-root."""
+    keys = ["data-root"]
+    for spelt in ("/var/lib/docker/", "/var/lib//docker", "/var/lib/./docker"):
+        assert daemon.container_runtime_engine_drift(INFO, {"data-root": spelt}, keys) == {
+            "differs": [],
+            "unseen": [],
+        }, spelt
+    linked = {"data-root": "/srv/docker-link/"}
+    # The host resolved the link to the engine's folder: no difference.
+    same = daemon.container_runtime_engine_drift(
+        INFO, linked, keys, {"data-root": "/var/lib/docker"}
+    )
+    assert same == {"differs": [], "unseen": []}
+    # A real difference is still one, named as daemon.json spells it.
+    moved = daemon.container_runtime_engine_drift(
+        INFO, linked, keys, {"data-root": "/srv/docker-data"}
+    )
+    assert moved["differs"] == [
+        "data-root: daemon.json says /srv/docker-link/, the engine runs /var/lib/docker"
+    ]

@@ -39,7 +39,7 @@ if importlib.util.find_spec("sparkops") is None:
 from sparkops.addresses import local_base_url
 from sparkops.errors import UserError
 from sparkops.privacy import private_env
-from sparkops.render import plan_stack, render_host
+from sparkops.render import envfile, plan_stack, render_host
 from sparkops.render.inventory import Inventory
 from sparkops.render.master_key import ENV_NAME, keep_or_generate
 from sparkops.render.settings import ANSIBLE_ONLY, serving_topology
@@ -146,6 +146,12 @@ def sparkops_master_key(given, stored_env="") -> str:
     return keep_or_generate(str(given or ""), str(stored_env or ""))
 
 
+def sparkops_env_value(env_text, name) -> str:
+    """The value `name` has in an env file's text as compose reads it ("" when absent): the
+    rendered serving.env quotes a key holding `$`, quotes or spaces (sparkops.render.envfile)."""
+    return envfile.read(str(env_text or "")).get(str(name), "")
+
+
 def sparkops_private_env(offline=True) -> dict[str, str]:
     """sparkops.privacy.private_env for a process started by a playbook (`offline`: the hub
     switches on, as wherever nothing is to be downloaded)."""
@@ -168,5 +174,6 @@ class FilterModule:
             "sparkops_client_endpoints": sparkops_client_endpoints,
             "sparkops_serving_topology": sparkops_serving_topology,
             "sparkops_master_key": sparkops_master_key,
+            "sparkops_env_value": sparkops_env_value,
             "sparkops_private_env": sparkops_private_env,
         }

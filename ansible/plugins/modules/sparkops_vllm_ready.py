@@ -91,8 +91,20 @@ def read_api_key(path: str) -> str:
     for line in text.splitlines():
         key, sep, value = line.strip().partition("=")
         if sep and key.strip() == "VLLM_API_KEY":
-            return value.strip().strip("'\"")
+            return env_unquote(value)
     return ""
+
+
+def env_unquote(raw: str) -> str:
+    """A value as compose reads it from the env file the kit renders (sparkops.render.envfile,
+    which this module cannot import on the host): double-quoted with `\\`, `\\"` and `$$`
+    escaped when it holds more than plain characters, else as written."""
+    raw = raw.strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        return re.sub(r'\\([\\"])|\$\$', lambda m: m.group(1) or "$", raw[1:-1])
+    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+        return raw[1:-1]
+    return raw.replace("$$", "$")
 
 
 def docker_inspect(name: str, template: str) -> subprocess.CompletedProcess[str] | str:

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import secrets
 
+from sparkops.render import envfile
+
 ENV_NAME = "LITELLM_MASTER_KEY"
 
 
 def stored_master_key(env_text: str) -> str:
     """The key a router.env holds ("" when it holds none)."""
-    for line in env_text.splitlines():
-        if line.startswith(f"{ENV_NAME}="):
-            value = line.split("=", 1)[1].strip()
-            if value:
-                return value
-    return ""
+    return envfile.read(env_text).get(ENV_NAME, "")
 
 
 def new_master_key() -> str:

@@ -18,7 +18,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkops.errors import UserError
+from sparkops.render import envfile
 from sparkops.versions import LITELLM_VERSION
+
+
+def _env_carries(value: str) -> str:
+    """A secret the env file (render/envfile.py) carries unchanged; the message never shows it."""
+    try:
+        envfile.quote(value)
+    except envfile.EnvValueError as err:
+        raise ValueError(f"the value {err}: write it on one line") from None
+    return value
 
 
 class _Strict(BaseModel):
@@ -117,6 +127,11 @@ class ServingVars(_Strict):
         ipaddress.ip_address(value)
         return value
 
+    @field_validator("hf_token", "api_key")
+    @classmethod
+    def _secret(cls, value: str) -> str:
+        return _env_carries(value)
+
 
 class RouterVars(_Strict):
     """litellm_router_*: the LiteLLM proxy in front of data-parallel replicas."""
@@ -133,6 +148,11 @@ class RouterVars(_Strict):
     routing_strategy: Literal["simple-shuffle", "least-busy", "latency-based-routing"] = (
         "simple-shuffle"
     )
+
+    @field_validator("master_key")
+    @classmethod
+    def _secret(cls, value: str) -> str:
+        return _env_carries(value)
 
     @field_validator("version")
     @classmethod

@@ -23,6 +23,7 @@ from sparkops.errors import Advice, UserError
 from sparkops.privacy import TELEMETRY_OFF, private_env
 from sparkops.profiles import DeployFacts, Profile, check_profile, load_profile
 from sparkops.profiles.checks import fits_one_host, memory_need_bytes, pipeline_stages
+from sparkops.render import envfile
 from sparkops.render.command import native_parallel_flags, ray_parallel_flags, serve_command
 from sparkops.render.inventory import Inventory
 from sparkops.render.master_key import ENV_NAME as MASTER_KEY_ENV
@@ -112,6 +113,11 @@ def _secrets(serving: ServingVars, secrets: dict[str, str]) -> dict[str, str]:
     api_key = serving.api_key or secrets.get("VLLM_API_KEY", "")
     if api_key:
         out["VLLM_API_KEY"] = api_key  # vLLM reads it as --api-key, kept off the command line
+    for name, value in out.items():
+        try:
+            envfile.quote(value)
+        except envfile.EnvValueError as err:
+            raise UserError(f"{name} {err}: write it on one line") from None
     return out
 
 

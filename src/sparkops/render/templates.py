@@ -17,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from sparkops.plan.guard import start_context
+from sparkops.render import envfile
 from sparkops.render.command import LAUNCHERS
 from sparkops.render.record import STACK_RECORD, stack_record_json
 from sparkops.render.stack import CONTAINER_HF_CACHE, HostStack
@@ -69,6 +70,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["comment"] = _comment
     env.filters["compose_escape"] = _compose_escape
+    env.filters["env_value"] = envfile.quote
     env.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=False)
     return env
 

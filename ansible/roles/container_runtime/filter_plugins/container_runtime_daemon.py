@@ -6,7 +6,7 @@ parses the text of /etc/docker/daemon.json into {"config": {...}, "error": ""}; 
 not a JSON object gives {"config": {}, "error": "<what and where>"} instead of the from_json
 traceback, so the role can refuse to overwrite it and say where it breaks.
 
-    {{ info | container_runtime_engine_drift(config, keys) }}
+    {{ info | container_runtime_engine_drift(config, keys, resolved) }}
 
 compares `docker info --format '{{json .}}'` (the running engine's effective settings) with
 daemon.json for the option names in `keys` (the ones the role manages) and returns
@@ -15,12 +15,19 @@ daemon.json for the option names in `keys` (the ones the role manages) and retur
 and restarting Docker loses the restart handler; this is how the next converge finds out. The
 role judges the `unseen` names by daemon.json's modification time against the engine's start.
 
+Path options are compared as Docker means them, not as they are spelt: dockerd resolves
+`data-root` through symbolic links and cleans it (`/var/lib/docker/` and a link to
+/var/lib/docker both run as /var/lib/docker). `resolved` maps such an option to the path the
+host resolved (`realpath -m`, which the role runs there); without it the spelling is cleaned
+(trailing and doubled slashes, `.`), so a difference of spelling never restarts Docker.
+
 Plain functions, no Ansible import beyond the registration, so they are unit-tested directly.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +45,8 @@ INFO_FIELDS = {
     "experimental": "ExperimentalBuild",
     "registry-mirrors": "RegistryConfig",
 }
+# Options holding a path on the host, which dockerd resolves before it reports them.
+PATH_OPTIONS = ("data-root",)
 
 
 def container_runtime_daemon_json(text: Any) -> dict[str, Any]:
@@ -62,10 +71,12 @@ def _running(info: dict[str, Any], key: str) -> Any:
     return value
 
 
-def _wanted(config: dict[str, Any], key: str) -> Any:
+def _wanted(config: dict[str, Any], key: str, resolved: dict[str, Any]) -> Any:
     value = config[key]
     if key == "registry-mirrors":
         return [str(m).rstrip("/") for m in value or []]
+    if key in PATH_OPTIONS and isinstance(value, str) and value:
+        return str(resolved.get(key) or "") or posixpath.normpath(value)
     return value
 
 
@@ -76,6 +87,8 @@ def _same(key: str, wanted: Any, running: Any) -> bool:
         return sorted(map(str, wanted or [])) == sorted(map(str, running or []))
     if isinstance(wanted, bool) or isinstance(running, bool):
         return bool(wanted) == bool(running)
+    if key in PATH_OPTIONS and isinstance(running, str) and running:
+        return str(wanted) == posixpath.normpath(running)
     return str(wanted) == str(running)
 
 
@@ -85,10 +98,13 @@ def _shown(key: str, value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
-def container_runtime_engine_drift(info: Any, config: Any, keys: Any) -> dict[str, list[str]]:
+def container_runtime_engine_drift(
+    info: Any, config: Any, keys: Any, resolved: Any = None
+) -> dict[str, list[str]]:
     """Managed options whose running value differs from daemon.json (see the module doc)."""
     info = info if isinstance(info, dict) else {}
     config = config if isinstance(config, dict) else {}
+    resolved = resolved if isinstance(resolved, dict) else {}
     differs: list[str] = []
     unseen: list[str] = []
     for key in sorted({str(k) for k in keys or []}):
@@ -97,10 +113,10 @@ def container_runtime_engine_drift(info: Any, config: Any, keys: Any) -> dict[st
         if key not in INFO_FIELDS:
             unseen.append(key)
             continue
-        wanted, running = _wanted(config, key), _running(info, key)
+        wanted, running = _wanted(config, key, resolved), _running(info, key)
         if not _same(key, wanted, running):
             differs.append(
-                f"{key}: daemon.json says {_shown(key, wanted)}, "
+                f"{key}: daemon.json says {_shown(key, config[key])}, "
                 f"the engine runs {_shown(key, running)}"
             )
     return {"differs": differs, "unseen": unseen}
