@@ -272,7 +272,18 @@ def test_pipeline_check_counts_shared_prefix_and_flags_record_first(vllm_server,
     )
     flagged = sparkops("pipeline", "check", str(bad), "--endpoint", vllm_server.base_url,
                        check=False)  # fmt: skip
-    assert flagged.returncode == 1 and "put the record last" in flagged.stdout
+    # a warning is advice, not "stopped, resumable" (1): exit 0, or 2 with --strict
+    assert flagged.returncode == 0 and "put the record last" in flagged.stdout
+    wrong = tmp_path / "wrong-model.yaml"
+    wrong.write_text(PIPELINE.read_text().replace("model: tiny", "model: gemma-4-12b"))
+    shutil.copytree(PIPELINE.parent / "prompts", tmp_path / "prompts")
+    refused = sparkops("pipeline", "check", str(wrong), "--endpoint", vllm_server.base_url,
+                       check=False)  # fmt: skip
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == (
+        f"sparkops: error: model 'gemma-4-12b' is not served at {vllm_server.base_url} "
+        "(serving ['tiny']); fix 'model:' in the pipeline"
+    )
 
 
 @pytest.mark.timeout(1800)  # starts two vLLM servers: slow on a loaded 2-core machine

@@ -188,3 +188,60 @@ def test_against_gold_scores_one_run_over_the_records_that_have_both() -> None:
     conf = against_gold(decisions, gold)
     assert (conf.n, conf.tp, conf.fn, conf.tn, conf.fp) == (4, 1, 1, 1, 1)
     assert conf.sensitivity == conf.specificity == 0.5
+
+
+def write_gold(path, gold):
+    path.write_text("id,label\n" + "".join(f"{k},{v}\n" for k, v in gold.items()))
+    return path
+
+
+def test_cli_refuses_a_positive_label_no_decision_uses_against_gold(tmp_path):
+    # a last step answering now/later, scored against yes/no gold: sensitivity would read 0%
+    later = {str(i): "now" if i <= 3 else "later" for i in range(1, 11)}
+    a = write_run(tmp_path / "a", rows_for(later))
+    b = write_run(tmp_path / "b", rows_for(later))
+    gold = write_gold(tmp_path / "gold.csv", GOLD)
+    done = run_cli("compare", str(a), str(b), "--gold", str(gold))
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.strip() == (
+        "sparkops: error: --positive yes matches no decision in either run (decisions: "
+        "later 14, now 6), and no decision is a gold label (no, yes): every record would "
+        "count as negative; pass --positive with the decision that means positive "
+        "(repeatable), or gold labels in the pipeline's own labels"
+    )
+    fixed = run_cli("compare", str(a), str(b), "--gold", str(gold), "--positive", "now")
+    assert fixed.returncode == 0 and "sparkops: warning" not in fixed.stderr, fixed
+
+
+def test_cli_warns_when_no_decision_is_positive_but_labels_match_gold(tmp_path):
+    a = write_run(tmp_path / "a", rows_for({str(i): "no" for i in range(1, 11)}))
+    b = write_run(tmp_path / "b", rows_for({str(i): "no" for i in range(1, 11)}))
+    gold = write_gold(tmp_path / "gold.csv", GOLD)
+    done = run_cli("compare", str(a), str(b), "--gold", str(gold), "--json")
+    assert done.returncode == 0, done
+    warning = (
+        "--positive yes matches no decision in either run (decisions: no 20): every record "
+        "counts as negative"
+    )
+    assert done.stderr.strip() == f"sparkops: warning: {warning}"
+    assert json.loads(done.stdout)["warnings"] == [warning]
+
+
+def test_unclear_is_its_own_row_and_each_label_says_how_it_was_counted(tmp_path):
+    run_a = RUN_A | {"9": "unclear", "10": "Unclear"}
+    a = write_run(tmp_path / "a", rows_for(run_a))
+    b = write_run(tmp_path / "b", rows_for(RUN_B))
+    gold = write_gold(tmp_path / "gold.csv", GOLD)
+    as_json = json.loads(run_cli("compare", str(a), str(b), "--gold", str(gold), "--json").stdout)
+    assert as_json["labels"] == [
+        {"label": "yes", "a": 5, "b": 4, "gold": 5, "positive": True, "counted_as": "positive"},
+        {"label": "no", "a": 3, "b": 6, "gold": 5, "positive": False, "counted_as": "negative"},
+        {"label": "unclear", "a": 2, "b": 0, "gold": 0, "positive": False,
+         "counted_as": "negative"},
+    ]  # fmt: skip
+    table = run_cli("compare", str(a), str(b), "--gold", str(gold))
+    assert table.returncode == 0, table
+    rows = [" ".join(line.replace("│", " ").split()) for line in table.stdout.splitlines()]
+    assert "How each decision was counted (10 paired records)" in rows
+    assert "unclear 2 0 0 negative (not a --positive label)" in rows
+    assert "yes 5 4 5 positive (--positive)" in rows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -11,7 +12,7 @@ from rich.table import Table
 
 from sparkops.compare.runs import RunDecisions, load_gold, load_run
 from sparkops.compare.serving import Setup, load_setup, setup_diff
-from sparkops.compare.stats import Comparison, compare_decisions
+from sparkops.compare.stats import Comparison, compare_decisions, positive_problem
 from sparkops.console import stdout_console
 from sparkops.errors import UserError
 
@@ -31,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--positive",
         action="append",
-        help="decision meaning positive (repeatable; default: yes); anything else is negative",
+        help="decision meaning positive (repeatable; default: yes); anything else, unclear "
+        "included, is negative (the output counts each label in its own row); refused when it "
+        "matches no decision and the decisions share no label with --gold",
     )
     parser.add_argument("--show", type=int, default=20, help="changed records to list")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -50,9 +53,15 @@ def run_compare(args: argparse.Namespace) -> int:
             f"decisions, {run_b.path}: {len(run_b.decisions)}), so there is nothing to "
             "compare; pass two runs over the same input whose records finished"
         )
+    problem = positive_problem(result.labels, result.positive, gold is not None)
+    if problem and problem[1]:
+        raise UserError(problem[0])
+    if problem:
+        print(f"sparkops: warning: {problem[0]}", file=sys.stderr)
     setups = (load_setup(args.run_a), load_setup(args.run_b))
     if args.json:
         out = result.as_dict()
+        out["warnings"] = [problem[0]] if problem else []
         out["runs"] = {
             name: {"path": str(run.path), "errors": run.errors, "duplicates": run.duplicates}
             for name, run in (("a", run_a), ("b", run_b))
@@ -124,6 +133,21 @@ def _kappa(result: Comparison) -> str:
     return "undefined (both runs gave every record one and the same class)"
 
 
+def print_labels(result: Comparison, console: Console) -> None:
+    """Every decision label in its own row ("unclear" too) and how it was counted."""
+    gold = bool(result.gold_a)
+    table = Table(title=f"How each decision was counted ({result.paired} paired records)")
+    for column in ("decision", "A", "B", *(["gold"] if gold else []), "counted as"):
+        table.add_column(
+            column, justify="left" if column in ("decision", "counted as") else "right"
+        )
+    for row in result.labels:
+        note = "positive (--positive)" if row.positive else "negative (not a --positive label)"
+        cells = [row.label, str(row.a), str(row.b), *([str(row.gold)] if gold else []), note]
+        table.add_row(*cells)
+    console.print(table)
+
+
 def print_comparison(
     result: Comparison,
     run_a: RunDecisions,
@@ -147,6 +171,7 @@ def print_comparison(
         f"A only {test.b}, B only {test.c}: exact p = {test.p_exact:.4g}",
     )
     console.print(summary)
+    print_labels(result, console)
 
     if result.gold_a and result.gold_b and result.mcnemar_correct:
         table = Table(title=f"Against gold labels ({result.gold_paired} records)")

@@ -4,6 +4,8 @@ labels, and McNemar's test (exact binomial, plus the continuity-corrected chi-sq
 Decisions are strings (a pipeline's `final`); a decision is positive when it is one of the
 `positive` labels, anything else (including "unclear") counts as negative. Only records
 present in both runs are paired; gold metrics use records present in both runs and the gold.
+`label_counts` says how each label was counted (every label its own row, "unclear" included),
+and `positive_problem` whether the positive labels can be right at all.
 
 Why not scipy/statsmodels/scikit-learn: each formula is a few lines on integer counts
 (math.comb is exact for any n), and the libraries would add 113 MB installed (scipy) to
@@ -80,6 +82,66 @@ class Changed:
 
 
 @dataclass(frozen=True)
+class LabelCount:
+    """One label's records in run A, run B and the gold labels, and how it was counted."""
+
+    label: str
+    a: int
+    b: int
+    gold: int
+    positive: bool
+
+    @property
+    def counted_as(self) -> str:
+        return "positive" if self.positive else "negative"
+
+
+def label_counts(
+    run_a: Mapping[str, str],
+    run_b: Mapping[str, str],
+    gold: Mapping[str, str] | None,
+    positive: Iterable[str],
+) -> tuple[LabelCount, ...]:
+    """Every label of either run or the gold (normalised), positives first, then by count: so
+    a label that is neither `yes` nor `no` ("unclear", "later") shows as its own row."""
+    pos = frozenset(normalise(p) for p in positive)
+    a = Counter(normalise(v) for v in run_a.values())
+    b = Counter(normalise(v) for v in run_b.values())
+    g = Counter(normalise(v) for v in (gold or {}).values())
+    labels = set(a) | set(b) | set(g)
+    rows = [LabelCount(x, a[x], b[x], g[x], x in pos) for x in labels]
+    return tuple(sorted(rows, key=lambda r: (not r.positive, -(r.a + r.b + r.gold), r.label)))
+
+
+def positive_problem(
+    counts: Iterable[LabelCount], positive: Iterable[str], gold: bool
+) -> tuple[str, bool] | None:
+    """Why the `positive` labels look wrong, and whether to refuse: (sentence, refuse).
+
+    None when some decision of either run is positive. Refused (exit 2) when, against gold
+    labels, no decision is positive and the runs' decisions share no label with the gold
+    (a pipeline answering now/later scored against yes/no: every record would count as a
+    negative and sensitivity read 0%). Otherwise a warning: the runs may simply have
+    decided nothing positive."""
+    rows = list(counts)
+    if any(r.positive and (r.a or r.b) for r in rows):
+        return None
+    wanted = ", ".join(sorted(normalise(p) for p in positive))
+    seen = ", ".join(f"{r.label} {r.a + r.b}" for r in rows if r.a or r.b)
+    head = f"--positive {wanted} matches no decision in either run (decisions: {seen})"
+    decided = {r.label for r in rows if r.a or r.b}
+    in_gold = {r.label for r in rows if r.gold}
+    if gold and not decided & in_gold:
+        return (
+            f"{head}, and no decision is a gold label ({', '.join(sorted(in_gold))}): "
+            "every record would count as negative; pass --positive with the decision that "
+            "means positive (repeatable), or gold labels in the pipeline's own labels",
+            True,
+        )
+    return f"{head}: every record counts as negative", False
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Everything `sparkops compare` reports."""
 
@@ -95,6 +157,7 @@ class Comparison:
     gold_b: Confusion | None = None
     mcnemar_correct: McNemar | None = None  # b: only A correct; c: only B correct
     positive: tuple[str, ...] = field(default_factory=tuple)
+    labels: tuple[LabelCount, ...] = field(default_factory=tuple)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +174,7 @@ class Comparison:
             "gold_b": self.gold_b.as_dict() if self.gold_b else None,
             "mcnemar_correct": asdict(self.mcnemar_correct) if self.mcnemar_correct else None,
             "positive": list(self.positive),
+            "labels": [{**asdict(r), "counted_as": r.counted_as} for r in self.labels],
         }
 
 
@@ -183,6 +247,11 @@ def against_gold(
     return confusion(((normalise(decisions[k]), normalise(gold[k])) for k in graded), pos)
 
 
+def _graded(gold: Mapping[str, str], common: list[str]) -> dict[str, str] | None:
+    """The gold labels of the paired records (None without gold)."""
+    return {k: gold[k] for k in common if k in gold} if gold else None
+
+
 def compare_decisions(
     run_a: Mapping[str, str],
     run_b: Mapping[str, str],
@@ -215,6 +284,9 @@ def compare_decisions(
         changed=changed,
         mcnemar_decisions=mcnemar(a_only_pos, b_only_pos),
         positive=tuple(sorted(pos)),
+        labels=label_counts(
+            {k: a[k] for k in common}, {k: b[k] for k in common}, _graded(gold_n, common), pos
+        ),
     )
     if gold is None:
         return result

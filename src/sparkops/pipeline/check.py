@@ -4,6 +4,9 @@ Pure: the caller tokenizes (through the server's /tokenize, so the real chat tem
 tokenizer are used) and passes token lists in. Reuse stops at the first token that differs,
 and vLLM reuses whole blocks only, so per step we report the shared prefix, the whole-block
 part of it, and the tail recomputed on every call.
+
+`structure()` needs no server: it reads only the validated pipeline (characters, not tokens),
+so a pipeline can be checked on a controller before any server is up.
 """
 
 from __future__ import annotations
@@ -74,6 +77,46 @@ class StepPrefix:
                 f"one block ({self.block_size}); nothing can be reused"
             )
         return out
+
+
+# Fixed characters after the first record field worth a warning without a tokenizer: about
+# 16 tokens at ~4 characters a token, the token check's floor.
+AFTER_RECORD_WARN_CHARS = 64
+
+
+@dataclass(frozen=True)
+class StepText:
+    """One step's fixed text as characters: what a server-less check can say."""
+
+    step: str
+    fields: tuple[str, ...]
+    shared_chars: int  # the system prompt plus the user template before its first field
+    after_record_chars: int  # fixed user-template text after the first field
+
+    @property
+    def warnings(self) -> list[str]:
+        if self.after_record_chars > max(AFTER_RECORD_WARN_CHARS, self.shared_chars // 10):
+            return [
+                f"step {self.step}: {self.after_record_chars} characters of fixed text come "
+                "after a record field and are recomputed on every call; put the record last"
+            ]
+        return []
+
+
+def structure(steps: Sequence[StepSpec]) -> list[StepText]:
+    """Each step's fixed text before and after its first record field (no server needed)."""
+    out = []
+    for step in steps:
+        before = step.user.format_map(dict.fromkeys(step.fields, "\0")).split("\0", 1)[0]
+        out.append(
+            StepText(
+                step=step.name,
+                fields=tuple(step.fields),
+                shared_chars=len(step.system) + len(before),
+                after_record_chars=literal_after_first_field(step.user),
+            )
+        )
+    return out
 
 
 def literal_after_first_field(template: str) -> int:

@@ -1,7 +1,13 @@
-"""`sparkops pipeline check P.yaml --endpoint URL`: lint a pipeline for prefix reuse.
+"""`sparkops pipeline check P.yaml [--endpoint URL]`: lint a pipeline for prefix reuse.
 
-Uses the server's own /tokenize (real tokenizer and chat template) and its block size from
-/metrics, so the counts are what vLLM will actually see.
+Without --endpoint: the structural checks (the YAML, its routes and prompt files, fixed text
+after a record field, counted in characters), no server needed. With it: the server's own
+/tokenize (real tokenizer and chat template) and its block size from /metrics, so the counts
+are what vLLM will actually see, after checking the server serves the pipeline's `model:`.
+
+Exit status: 0 when checked, warnings included (a warning is advice about prefix reuse, not
+a stopped job: the README's 1 means "stopped, resumable"); 2 for a pipeline or endpoint that
+cannot be checked, and with --strict also for any warning (for scripts that gate on it).
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +24,7 @@ import aiohttp
 from sparkops import openai_http
 from sparkops.errors import UserError
 from sparkops.openai_http import normalise_base
-from sparkops.pipeline.check import analyse_step, probe_records
+from sparkops.pipeline.check import analyse_step, probe_records, structure
 from sparkops.pipeline.prompt import build_messages
 from sparkops.pipeline.spec import load_pipeline
 
@@ -25,13 +32,25 @@ from sparkops.pipeline.spec import load_pipeline
 def register(subparsers: argparse._SubParsersAction) -> None:
     pipe = subparsers.add_parser("pipeline", help="work with pipeline YAML files")
     sub = pipe.add_subparsers(dest="pipeline_command", required=True)
-    check = sub.add_parser("check", help="count each step's shared prefix and flag reuse problems")
+    check = sub.add_parser(
+        "check",
+        help="check a pipeline; with --endpoint also count each step's shared prefix",
+        description="Without --endpoint: the pipeline's structure (routes, prompt files, "
+        "fixed text after a record field), no server needed. With --endpoint: token counts "
+        "through the server's /tokenize and block size. Exit 0 with warnings printed; "
+        "--strict makes a warning exit 2.",
+    )
     check.add_argument("pipeline", type=Path)
     check.add_argument(
-        "--endpoint", required=True, help="vLLM base URL (for /tokenize and block size)"
+        "--endpoint",
+        help="vLLM base URL, for token counts (/tokenize) and the block size (/metrics); "
+        "without it only the structural checks run",
     )
     check.add_argument("--block-size", type=int, help="override the block size read from /metrics")
-    check.add_argument("--json", action="store_true")
+    check.add_argument(
+        "--strict", action="store_true", help="exit 2 when there is any warning (default 0)"
+    )
+    check.add_argument("--json", action="store_true", help="print JSON instead of lines")
     check.set_defaults(func=_check)
 
 
@@ -54,6 +73,12 @@ async def check_pipeline(
                 )
         steps = []
         try:
+            served = await openai_http.served_models(session, base, {})
+            if spec.model not in served:
+                raise UserError(
+                    f"model {spec.model!r} is not served at {base} (serving {served}); "
+                    "fix 'model:' in the pipeline"
+                )
             for step in spec.steps:
                 toks = [
                     await openai_http.tokenize(
@@ -92,10 +117,45 @@ async def check_pipeline(
     }
 
 
+def check_structure(path: Path) -> dict[str, Any]:
+    """The server-less checks: the validated pipeline and each step's fixed text."""
+    spec = load_pipeline(path)
+    steps = structure(spec.steps)
+    return {
+        "pipeline": spec.name,
+        "model": spec.model,
+        "tokens_counted": False,
+        "steps": [
+            {
+                "step": s.step,
+                "fields": list(s.fields),
+                "shared_chars": s.shared_chars,
+                "after_record_chars": s.after_record_chars,
+            }
+            for s in steps
+        ],
+        "warnings": [w for s in steps for w in s.warnings],
+    }
+
+
 def _check(args: argparse.Namespace) -> int:
-    result = asyncio.run(check_pipeline(args.pipeline, args.endpoint, args.block_size))
+    if args.endpoint is None:
+        result = check_structure(args.pipeline)
+    else:
+        result = asyncio.run(check_pipeline(args.pipeline, args.endpoint, args.block_size))
     if args.json:
         print(json.dumps(result, indent=2))
+    elif args.endpoint is None:
+        print(f"pipeline {result['pipeline']}: valid (model {result['model']!r})")
+        for s in result["steps"]:
+            print(
+                f"  {s['step']}: {s['shared_chars']:,} characters of shared text before the "
+                f"record ({', '.join(s['fields'])}), {s['after_record_chars']:,} after it"
+            )
+        print(
+            "  token counts and whole-block reuse need the server: add --endpoint URL "
+            "(a vLLM server serving this model)"
+        )
     else:
         print(f"pipeline {result['pipeline']}: block size {result['block_size']}")
         for s in result["steps"]:
@@ -105,6 +165,8 @@ def _check(args: argparse.Namespace) -> int:
                 f"{s['tail_tokens']}, fixed text after the record {s['after_record_tokens']}"
             )
         print(f"  block-boundary tail over all steps: {result['tail_tokens_total']} tokens")
-        for w in result["warnings"]:
-            print(f"warning: {w}")
-    return 1 if result["warnings"] else 0
+    for w in result["warnings"]:
+        print(f"warning: {w}", file=sys.stderr if args.json else sys.stdout)
+    if result["warnings"] and args.strict:
+        raise UserError(f"{len(result['warnings'])} warning(s) and --strict: fix them first")
+    return 0

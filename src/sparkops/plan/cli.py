@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,15 @@ from sparkops.inputs import read_json
 from sparkops.metrics.bottleneck import label as bottleneck_label
 from sparkops.plan import calibrate
 from sparkops.plan.decode import BANDWIDTH_GB_S, decode_ceiling, parse_levels
-from sparkops.plan.guard import GuardSettings, check_launch, host_facts, settings_of
+from sparkops.plan.guard import (
+    GuardSettings,
+    HostKind,
+    check_launch,
+    host_facts,
+    planned_facts,
+    profiles_that_fit,
+    settings_of,
+)
 from sparkops.plan.memory import GB, GIB, dtype_bytes, plan_memory
 from sparkops.plan.prefix import plan_shared_prefix
 from sparkops.plan.shapes import ModelShape, kv_dtype_of, profile_shape, shape_from_config
@@ -41,6 +50,7 @@ from sparkops.plan.throughput import ThroughputPlan, plan_throughput, predict_le
 # A DGX Spark gives vLLM 0.88 x 128 GB for weights plus KV cache (second seed).
 DEFAULT_MEMORY_GB = 0.88 * 128
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+DEFAULT_MEMINFO = Path("/proc/meminfo")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -196,7 +206,12 @@ def register_guard(sub: argparse._SubParsersAction) -> None:
         "largest KV cache that fits when the launch would not leave the margin.",
     )
     guard.add_argument("--profile", default="gb10-gemma4-12b-fp8", help="profile name or file")
-    guard.add_argument("--meminfo", type=Path, default=Path("/proc/meminfo"))
+    guard.add_argument(
+        "--meminfo",
+        type=Path,
+        default=DEFAULT_MEMINFO,
+        help="the target's /proc/meminfo (a copy of a Spark's may be read anywhere)",
+    )
     guard.add_argument(
         "--host-kind",
         choices=["auto", "native", "wsl2"],
@@ -212,7 +227,12 @@ def register_guard(sub: argparse._SubParsersAction) -> None:
         "--own-pid", type=int, action="append", default=[], help="this stack's GPU pids"
     )
     defaults = GuardSettings()
-    guard.add_argument("--total-gb", type=float, help="host memory (default: MemTotal; WSL2 128)")
+    guard.add_argument(
+        "--total-gb",
+        type=float,
+        help="host memory (default: MemTotal; WSL2 128); on a host that is not a GB10 (a "
+        "controller) the guard plans a host of this size instead of reading this one",
+    )
     guard.add_argument("--os-reserve-gb", type=float, default=defaults.os_reserve_gb)
     guard.add_argument("--windows-share-gb", type=float, default=defaults.windows_share_gb)
     guard.add_argument(
@@ -437,7 +457,7 @@ def _read(path: Path, what: str) -> str:
 
 
 def run_guard(args: argparse.Namespace) -> int:
-    from sparkops.profiles import load_profile
+    from sparkops.profiles import available_profiles, load_profile
 
     profile = load_profile(args.profile)
     osrelease = ""
@@ -446,19 +466,51 @@ def run_guard(args: argparse.Namespace) -> int:
             osrelease = Path("/proc/sys/kernel/osrelease").read_text(encoding="utf-8")
         except OSError:
             osrelease = ""
-    facts = host_facts(
-        meminfo=_read(args.meminfo, "memory file"),
-        osrelease=osrelease,
-        kind=args.host_kind,
-        compute_apps=_nvidia_smi(
-            args.nvidia_smi, "--query-compute-apps=pid,process_name,used_memory"
-        ),
-        gpu_total=_nvidia_smi(args.nvidia_smi, "--query-gpu=memory.total"),
-        own_pids=args.own_pid,
-    )
+    gpu_total = _nvidia_smi(args.nvidia_smi, "--query-gpu=memory.total")
     settings = settings_of(args, prefix="")
+    # A GB10 answers nvidia-smi (memory.total "[N/A]" on a DGX Spark); a controller without
+    # one is not the target, and its own /proc/meminfo says nothing about the Spark's.
+    off_target = (
+        profile.platform == "gb10" and not gpu_total.strip() and args.meminfo == DEFAULT_MEMINFO
+    )
+    if off_target and args.total_gb is None:
+        raise UserError(
+            f"this host answers no nvidia-smi: it is not the GB10 that {profile.name} runs "
+            f"on, and its memory says nothing about the Spark's. Run this on the Spark "
+            f"(sparkops plan guard --profile {profile.name}), or plan for one from here with "
+            "--total-gb 128 (--total-gb 64 for a 64 GB RTX Spark, with --host-kind wsl2 under "
+            "Windows)"
+        )
+    if off_target:
+        kind: HostKind = "wsl2" if args.host_kind == "wsl2" else "native"
+        facts = planned_facts(kind, args.total_gb)
+        host = f"a {args.total_gb:g} GB {'WSL2 ' if kind == 'wsl2' else ''}host (--total-gb)"
+    else:
+        facts = host_facts(
+            meminfo=_read(args.meminfo, "memory file"),
+            osrelease=osrelease,
+            kind=args.host_kind,
+            compute_apps=_nvidia_smi(
+                args.nvidia_smi, "--query-compute-apps=pid,process_name,used_memory"
+            ),
+            gpu_total=gpu_total,
+            own_pids=args.own_pid,
+        )
+        host = "this host"
     config = load_config(args.config)[0] if args.config else None
-    verdict = check_launch(profile, facts, settings, hf_config=config, seqs=args.seqs)
+    verdict = check_launch(profile, facts, settings, host=host, hf_config=config, seqs=args.seqs)
+    if not verdict.ok:
+        bundled = [load_profile(name) for name in available_profiles()]
+        fits = profiles_that_fit(profile, facts, settings, bundled)
+        verdict = replace(
+            verdict,
+            message=verdict.message
+            + (
+                f"; or use a bundled profile that fits here: {', '.join(f.name for f in fits)}"
+                if fits
+                else "; no bundled profile fits here"
+            ),
+        )
     if args.json:
         print(json.dumps(verdict.as_dict(), indent=2))
         if not verdict.ok:

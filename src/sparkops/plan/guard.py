@@ -84,6 +84,8 @@ class HostFacts:
     gpu_total_bytes: int | None = None  # None where nvidia-smi reports [N/A] (GB10 native)
     gpu_processes: tuple[GpuProcess, ...] = ()
     own_pids: frozenset[int] = frozenset()
+    # False: figures given for a host planned from elsewhere (planned_facts), nothing measured
+    measured: bool = True
 
     def others(self) -> list[GpuProcess]:
         """GPU processes that are not this stack's own."""
@@ -215,6 +217,13 @@ def host_facts(
     )
 
 
+def planned_facts(kind: HostKind, total_gb: float) -> HostFacts:
+    """A host planned from its size alone (`plan guard --total-gb` run off the target): all
+    of its memory available, no GPU processes. Only the pool and GPU checks apply to it."""
+    total = int(total_gb * GB)
+    return HostFacts(kind=kind, mem_total_bytes=total, mem_available_bytes=total, measured=False)
+
+
 def launch_need(profile: Profile, settings: GuardSettings) -> LaunchNeed:
     """What a launch of `profile` takes, before the host is known."""
     act_gb = settings.activations_gb
@@ -309,7 +318,7 @@ def check_launch(
     # What this stack's running vLLM holds comes back on a redeploy; where the driver does not
     # say how much, what is available now is unknowable here and memory-guard.sh decides at
     # start (after the old vLLM stopped).
-    check_now = not wsl and not facts.own_unreported()
+    check_now = not wsl and facts.measured and not facts.own_unreported()
     if check_now:
         now = facts.mem_available_bytes + facts.own_gpu_bytes()
         checks.append(("available memory", now, 0, ""))
@@ -342,7 +351,7 @@ def check_launch(
     message = _message(
         profile, host, parts, pool, problems, largest, serves, others, need, sized_right
     )
-    if not wsl and not check_now:
+    if not wsl and not check_now and facts.measured:
         message += (
             " (available memory not checked: this stack's running vLLM does not report its "
             "memory; memory-guard.sh checks it when the new one starts)"
@@ -360,6 +369,25 @@ def check_launch(
         message=message,
         problems=problems,
     )
+
+
+def profiles_that_fit(
+    profile: Profile,
+    facts: HostFacts,
+    settings: GuardSettings,
+    candidates: list[Profile],
+) -> list[Profile]:
+    """The bundled profiles of `profile`'s platform that pass every check on this host (the
+    guard names them when `profile` does not fit: a 64 GB RTX Spark cannot take the 128 GB
+    profiles' 60 GiB cache). Same model first, then by name."""
+    fits = [
+        c
+        for c in candidates
+        if c.platform == profile.platform
+        and c.name != profile.name
+        and check_launch(c, facts, settings).ok
+    ]
+    return sorted(fits, key=lambda c: (c.model != profile.model, c.name))
 
 
 def _serves(

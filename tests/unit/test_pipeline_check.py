@@ -1,0 +1,54 @@
+"""`sparkops pipeline check` without a server: the structural checks need no --endpoint, and a
+warning is advice (exit 0), not the "stopped, resumable" status 1; --strict makes it exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sparkops.samples import SMALL_PIPELINE
+from tests.plugins.cli import sparkops
+
+RECORD_FIRST = (
+    "name: bad\nmodel: tiny\nsteps:\n  - name: s\n"
+    f"    user: {json.dumps('Note: {text}. ' + 'Answer yes if a stroke is likely. ' * 30)}\n"
+    "    parse: {choices: [yes, no]}\n"
+)
+
+
+def test_the_sample_pipeline_checks_without_a_server() -> None:
+    proc = sparkops("pipeline", "check", str(SMALL_PIPELINE), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "pipeline stroke-triage-small: valid (model 'smollm2')" in proc.stdout
+    assert "  screen: " in proc.stdout and "characters of shared text before the record" in (
+        proc.stdout
+    )
+    assert "add --endpoint URL" in proc.stdout
+    assert "warning" not in proc.stdout + proc.stderr
+
+
+def test_record_first_is_a_warning_with_exit_0_and_strict_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(RECORD_FIRST)
+    proc = sparkops("pipeline", "check", str(bad), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: step s:" in proc.stdout and "put the record last" in proc.stdout
+    strict = sparkops("pipeline", "check", str(bad), "--strict", timeout=120)
+    assert strict.returncode == 2
+    assert strict.stderr.strip().splitlines()[-1] == (
+        "sparkops: error: 1 warning(s) and --strict: fix them first"
+    )
+    as_json = sparkops("pipeline", "check", str(bad), "--json", timeout=120)
+    result = json.loads(as_json.stdout)
+    assert as_json.returncode == 0 and result["tokens_counted"] is False
+    assert result["steps"][0]["after_record_chars"] == len(
+        ". " + "Answer yes if a stroke is likely. " * 30
+    )
+    assert len(result["warnings"]) == 1
+
+
+def test_a_broken_pipeline_is_refused_without_a_server(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(RECORD_FIRST + "    next: {yes: nowhere, no: stop}\n")
+    proc = sparkops("pipeline", "check", str(bad), timeout=120)
+    assert proc.returncode == 2 and "nowhere" in proc.stderr and "Traceback" not in proc.stderr
