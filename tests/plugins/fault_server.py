@@ -68,6 +68,14 @@ when a failing record's fault is in doubt) is not a record's: it is counted in
 `server.checks`, never in `requests`, takes no `first(n)` or per-key action, and gets
 `server.check_action` (None: `server.default`).
 
+The kit's structured-output probe (pipeline/constrain.py: before the first record of a
+constrained pipeline, once per endpoint and kind of constraint) is counted in `server.probes`,
+never in `requests`, and is answered as vLLM answers it: held to its constraint (the one
+choice, or the one JSON object its schema allows); `server.probe_action` scripts it instead
+(`ok("OK")`: a server that drops the field; `status(400, ...)`: one that rejects it). Record
+calls are answered with their scripted content, constrained or not (a script is what the model
+wrote).
+
 Observations
 ------------
 `server.requests` Counter of completion requests per key (every attempt, including failed
@@ -99,6 +107,7 @@ from prometheus_client import Counter as PromCounter
 # What a user must never see from `sparkops batch run`; the CLI runner owns it, tests import
 # it from either module.
 from sparkops.batch.checks import check_body
+from sparkops.pipeline.constrain import PROBE_MESSAGES
 from tests.plugins.cli import NOISE as NOISE
 
 MARKER = re.compile(r"\[id:([^\]\s]+)\]")
@@ -342,6 +351,8 @@ class FaultServer(ThreadedServer):
         self.answered: Counter[str] = Counter()
         self.paths: Counter[str] = Counter()
         self.checks = 0
+        self.probes = 0
+        self.probe_action: Action | None = None
         self.check_action: Action | None = None
         self.in_flight = 0
         # like vLLM's --max-num-seqs: completion calls beyond it count as waiting on /metrics
@@ -517,6 +528,8 @@ class FaultServer(ThreadedServer):
         text = _prompt_text(body) if isinstance(body, dict) else ""
         if isinstance(body, dict) and body.get("messages") == _CHECK_MESSAGES:
             return await self._check(request, body)
+        if isinstance(body, dict) and body.get("messages") == PROBE_MESSAGES:
+            return await self._probe(request, body)
         match = MARKER.search(text)
         key = match.group(1) if match else ""
         self.requests[key] += 1
@@ -542,6 +555,19 @@ class FaultServer(ThreadedServer):
             await self._release.wait()
             return _hang_up(request)
         return await self._perform(request, self.check_action or self.default, _CHECK_KEY, body)
+
+    async def _probe(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """The structured-output probe: held to its constraint unless `probe_action` says."""
+        self.probes += 1
+        if self.probe_action is not None:
+            return await self._perform(request, self.probe_action, _CHECK_KEY, body)
+        outputs = body.get("structured_outputs") or {}
+        if "choice" in outputs:
+            held = outputs["choice"][0]
+        else:
+            props = outputs["json"]["properties"]
+            held = json.dumps({k: v["enum"][0] for k, v in props.items()})
+        return self._answer(request.path, _CHECK_KEY, body, ok(held))
 
     async def _perform(
         self, request: web.Request, action: Action, key: str, body: dict[str, Any]

@@ -320,6 +320,7 @@ def _manifest(workload: Workload, cfg: JobConfig, kind: InputKind, scan: InputSc
         total=scan.total,
         input_size=scan.stamp.size,
         input_mtime_ns=scan.stamp.mtime_ns,
+        constraints=workload.constraints,
     )
 
 

@@ -48,6 +48,8 @@ async def preflight(
     default_model = await checks.check_endpoints(  # every endpoint (batch/checks.py)
         side, [ep.base for ep in pool.endpoints], workload.model, headers, timeout
     )
+    # constrained steps: every endpoint must hold the constraint (else one line, exit 2)
+    await workload.check_server(side, [ep.base for ep in pool.endpoints], headers, timeout)
     probe = workload.prefix_probe
     if probe is None:
         return default_model, None
@@ -119,6 +121,8 @@ async def record_serving(
     context = serving.job_context(
         manifest.pipeline_fingerprint, manifest.input_fingerprint, gpu_state, stack
     )
+    if manifest.constraints is not None:  # which steps ran constrained (compare lists it)
+        context["constraints"] = manifest.constraints
     # concurrency above the server's --max-num-seqs: said now, kept for the report
     context["capacity"] = identity.capacity(stack, cfg.concurrency, len(pool.endpoints))
     if warning := identity.capacity_warning(context["capacity"]):

@@ -11,15 +11,19 @@ they run; `workload_for` is the one place that picks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
+
+import aiohttp
 
 from sparkops.batch.fate import Fates, RecordState
 from sparkops.batch.outcome import Answer, Failure
 from sparkops.batch.records import InputKind, InputProblem, Record
 from sparkops.errors import UserError
-from sparkops.pipeline.parse import parse_answer
+from sparkops.pipeline import constrain
+from sparkops.pipeline.extract import read_answer
+from sparkops.pipeline.parse import parse_label
 from sparkops.pipeline.prompt import RecordError, build_request
 from sparkops.pipeline.route import next_step
 from sparkops.pipeline.spec import PipelineSpec, StepSpec
@@ -86,6 +90,23 @@ class Workload(Protocol):
         """What the job folder's manifest fixes the job to (a changed one refuses a resume)."""
         ...
 
+    @property
+    def constraints(self) -> dict[str, str] | None:
+        """Each step's structured-output mode (pipeline/constrain.py): the manifest's record
+        of which steps run constrained (None: the requests are the input's own)."""
+        ...
+
+    async def check_server(
+        self,
+        side: aiohttp.ClientSession,
+        bases: list[str],
+        headers: dict[str, str],
+        timeout: float,
+    ) -> None:
+        """Refuse (UserError) servers that would not hold the workload's constraints, before
+        any record is sent (and learn what needs the server's tokenizer)."""
+        ...
+
     def check_first(self, first: Record, source: Path) -> None:
         """Refuse (UserError) an input whose first record cannot make a request at all:
         the input's or the job's mistake, said once before any request."""
@@ -114,8 +135,15 @@ class Pipeline:
     """Records through a pipeline's steps: each answer parsed, appended, routed."""
 
     spec: PipelineSpec
+    # each step's max_tokens: derived with byte counts here, with the server's tokenizer
+    # once `check_server` has asked it (pipeline/constrain.py)
+    budget: dict[str, int] = field(default_factory=dict)
     journal_key = "id"
     want_text = True
+
+    def __post_init__(self) -> None:
+        constrain.check_spec(self.spec)
+        self.budget.update(constrain.budgets(self.spec))
 
     @property
     def model(self) -> str:
@@ -136,6 +164,22 @@ class Pipeline:
     def fingerprint(self) -> str:
         return self.spec.fingerprint()
 
+    @property
+    def constraints(self) -> dict[str, str]:
+        return dict(constrain.modes(self.spec))
+
+    async def check_server(
+        self,
+        side: aiohttp.ClientSession,
+        bases: list[str],
+        headers: dict[str, str],
+        timeout: float,
+    ) -> None:
+        await constrain.check_servers(side, bases, self.spec, headers, timeout=timeout)
+        self.budget.update(
+            await constrain.server_budgets(side, bases[0], self.spec, headers, timeout)
+        )
+
     def check_first(self, first: Record, source: Path) -> None:
         """A field a step's template names but the first record lacks would fail every
         record the same way."""
@@ -151,24 +195,41 @@ class Pipeline:
 
     def request(self, state: RecordState, default_model: str | None) -> tuple[str, Request]:
         step = self.spec.step(state.step)
-        return "/v1/chat/completions", build_request(step, self.spec.model, state.record.fields)
+        body = build_request(
+            step,
+            self.spec.model,
+            state.record.fields,
+            self.budget.get(step.name),
+            constrain.structured_outputs(self.spec, step),
+        )
+        return "/v1/chat/completions", body
 
     def answered(self, state: RecordState, answer: Answer, fates: Fates) -> str | None:
         step = self.spec.step(state.step)
         text = answer.text or ""
-        label = parse_answer(text, step.parse)
         details = answer.usage.get("prompt_tokens_details") or {}
-        state.steps.append(
-            {
-                "step": step.name,
-                "answer": label,
-                "raw": text,
-                "model": answer.model,
-                "prompt_tokens": answer.usage.get("prompt_tokens"),
-                "completion_tokens": answer.usage.get("completion_tokens"),
-                "cached_tokens": details.get("cached_tokens"),
-            }
+        entry: dict[str, Any] = {"step": step.name}
+        if step.parse is not None:
+            label, parsed = parse_label(text, step.parse)
+        else:
+            assert step.extract is not None
+            read = read_answer(text, step.extract)
+            label, parsed = read.label, read.fields is not None
+            entry["fields"] = read.fields
+            if read.problem is not None:
+                entry["invalid"] = read.problem
+        # parsed false: the answer could not be read, so the label is the step's default
+        # (counted as unparsed by `batch run` and the results table, never a decision)
+        entry.update(
+            answer=label,
+            parsed=parsed,
+            raw=text,
+            model=answer.model,
+            prompt_tokens=answer.usage.get("prompt_tokens"),
+            completion_tokens=answer.usage.get("completion_tokens"),
+            cached_tokens=details.get("cached_tokens"),
         )
+        state.steps.append(entry)
         nxt = next_step(self.spec, step.name, label)
         if nxt is None:
             fates.done(state, label)
@@ -194,6 +255,17 @@ class OpenAIBatch:
 
     def fingerprint(self) -> str:
         return "openai-batch"
+
+    constraints = None  # each line carries its own request, constraint included
+
+    async def check_server(
+        self,
+        side: aiohttp.ClientSession,
+        bases: list[str],
+        headers: dict[str, str],
+        timeout: float,
+    ) -> None:
+        return None
 
     def check_first(self, first: Record, source: Path) -> None:
         return None  # a line's body is checked by the server, line by line

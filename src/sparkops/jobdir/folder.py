@@ -111,6 +111,9 @@ class Manifest:
     total: StrictInt = Field(ge=0)
     input_size: StrictInt | None = None
     input_mtime_ns: StrictInt | None = None
+    # each step's structured-output mode (pipeline/constrain.py); None: an OpenAI batch
+    # file, or a job made before constraining (its requests carried none)
+    constraints: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -120,7 +123,7 @@ _MANIFEST = TypeAdapter(Manifest)
 
 
 # The fields whose change means another experiment (a resume would mix two).
-_IDENTITY = ("pipeline_fingerprint", "input_fingerprint", "kind", "id_field")
+_IDENTITY = ("pipeline_fingerprint", "input_fingerprint", "kind", "id_field", "constraints")
 
 
 def is_job_dir(directory: Path) -> bool:
@@ -196,11 +199,13 @@ def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
                     "--restart (old files kept under DIR/previous-<time>/)"
                 )
             old = {} if restart else current
-        changed = [k for k in _IDENTITY if old.get(k) != current[k]]
+        changed = [k for k in _IDENTITY if not _same(k, old.get(k), current[k])]
         if not changed and not restart:
             if old is current or old != current:  # unreadable, or the input's stamp moved
                 write_json_atomic(path, current)
             return job.results.exists()
+        if changed == ["constraints"] and not restart and job.has_results():
+            raise UserError(constraint_change(directory, old.get("constraints"), current))
         if changed and not restart and job.has_results():
             what = ", ".join(k.replace("_fingerprint", "") for k in changed)
             raise UserError(
@@ -215,6 +220,33 @@ def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
         raise UserError(f"{directory} has results but no manifest; use a new --out DIR")
     write_json_atomic(path, current)
     return job.results.exists()  # results kept without a manifest (its fix above) are resumed
+
+
+def _same(key: str, old: Any, new: Any) -> bool:
+    """Whether an identity field is unchanged; a manifest made before constraining (no
+    `constraints`) equals one whose steps all run unconstrained."""
+    if key == "constraints":
+        return _held(old) == _held(new)
+    return bool(old == new)
+
+
+def _held(modes: Any) -> dict[str, Any]:
+    return {s: m for s, m in (modes or {}).items() if m != "off"} if isinstance(modes, dict) else {}
+
+
+def constraint_change(directory: Path, old: Any, current: dict[str, Any]) -> str:
+    """A resume whose steps would run in another structured-output mode: a changed
+    experiment (the answers before and after would be read two ways)."""
+    new = current.get("constraints") or {}
+    before = old if isinstance(old, dict) else {}
+    steps = [s for s in new if before.get(s, "off") != new[s]]
+    said = ", ".join(f"{s}: {before.get(s, 'off')} -> {new[s]}" for s in steps)
+    return (
+        f"{directory} holds a job whose first run ran its steps in another constraint mode "
+        f"({said or 'steps changed'}); resuming would mix two experiments. Set the pipeline's "
+        "constrain: back as it was to resume, use a new --out DIR, or pass --restart "
+        "(old files kept under DIR/previous-<time>/)"
+    )
 
 
 def set_aside(directory: Path, names: tuple[str, ...]) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparkops.pipeline.spec import StepSpec
+from sparkops.pipeline.spec import FREE_TEXT_MAX_TOKENS, StepSpec
 
 
 class RecordError(ValueError):
@@ -36,14 +36,25 @@ def build_messages(step: StepSpec, record: Mapping[str, Any]) -> list[dict[str, 
     return messages
 
 
-def build_request(step: StepSpec, model: str, record: Mapping[str, Any]) -> dict[str, Any]:
-    """The /v1/chat/completions body for one call."""
-    return {
+def build_request(
+    step: StepSpec,
+    model: str,
+    record: Mapping[str, Any],
+    max_tokens: int | None = None,
+    structured_outputs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The /v1/chat/completions body for one call: `max_tokens` is the step's budget
+    (pipeline/constrain.py derives it when the step sets none), `structured_outputs` the
+    constraint the server holds the answer to (None: a free-text answer)."""
+    body = {
         "model": model,
         "messages": build_messages(step, record),
-        "max_tokens": step.max_tokens,
+        "max_tokens": max_tokens or step.max_tokens or FREE_TEXT_MAX_TOKENS,
         "temperature": step.temperature,
     }
+    if structured_outputs is not None:
+        body["structured_outputs"] = structured_outputs
+    return body
 
 
 def _text(value: Any) -> str:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkops.errors import UserError
 from sparkops.inputs import read_yaml
+from sparkops.pipeline.extract import ExtractSpec, resolve_schema_file
 
 STOP = "stop"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -66,18 +67,55 @@ class ParseSpec(BaseModel):
         return [*self.choices, *([self.default] if self.default not in self.choices else [])]
 
 
+# What an unconstrained choice step may write when its YAML sets no max_tokens (room for a
+# short sentence: a free-text answer names its choice somewhere in it).
+FREE_TEXT_MAX_TOKENS = 16
+
+
 class StepSpec(BaseModel):
-    """One decision: a fixed system prompt, a user template filled from the record."""
+    """One step: a fixed system prompt, a user template filled from the record, and what the
+    answer is: one of `parse`'s choices (a decision) or `extract`'s fields (pipeline/extract.py).
+
+    `constrain` (default: the pipeline's, itself default true) holds the answer to those
+    choices or that schema on the server (pipeline/constrain.py); `max_tokens` left unset is
+    then derived from the longest answer the constraint allows.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
     system: str = ""
     user: str
-    max_tokens: int = Field(default=16, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
-    parse: ParseSpec
+    parse: ParseSpec | None = None
+    extract: ExtractSpec | None = None
+    constrain: bool | None = None
     next: dict[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _one_answer_kind(self) -> StepSpec:
+        if (self.parse is None) == (self.extract is None):
+            raise ValueError(
+                "a step reads its answer one way: give it parse: {choices: [...]} (a decision) "
+                "or extract: {fields: {...}} (fields to extract), not both or neither"
+            )
+        return self
+
+    @property
+    def labels(self) -> list[str]:
+        """Every label the step's answer can become (what `next` routes on)."""
+        if self.parse is not None:
+            return self.parse.labels
+        assert self.extract is not None
+        return self.extract.labels
+
+    @property
+    def default(self) -> str:
+        """The label an answer that cannot be read takes."""
+        answer = self.parse if self.parse is not None else self.extract
+        assert answer is not None
+        return answer.default
 
     @field_validator("user")
     @classmethod
@@ -116,6 +154,7 @@ class PipelineSpec(BaseModel):
 
     name: str
     model: str
+    constrain: bool = True
     steps: list[StepSpec] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -127,17 +166,17 @@ class PipelineSpec(BaseModel):
             if step.next is None:
                 continue
             for label, target in step.next.items():
-                if label not in step.parse.labels:
+                if label not in step.labels:
                     raise ValueError(
                         f"step {step.name!r}: next has label {label!r} that parse cannot "
-                        f"return; labels are {step.parse.labels}"
+                        f"return; labels are {step.labels}"
                     )
                 if target != STOP and target not in names:
                     raise ValueError(
                         f"step {step.name!r}: next sends {label!r} to unknown step "
                         f"{target!r}; use one of {names} or 'stop'"
                     )
-            missing = [lb for lb in step.parse.labels if lb not in step.next]
+            missing = [lb for lb in step.labels if lb not in step.next]
             if missing:
                 raise ValueError(
                     f"step {step.name!r}: next has no route for {missing}; add them "
@@ -179,8 +218,23 @@ class PipelineSpec(BaseModel):
         A resumed job with a different fingerprint would mix two experiments in one
         results file, so the journal refuses it.
         """
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        dump = self.model_dump(mode="json", exclude={"constrain"})
+        for step in dump["steps"]:
+            # the constraint mode is the manifest's own field (a change of mode is refused
+            # by name), and the keys added with constraining are left out while unused, so
+            # a pipeline written before them keeps its fingerprint (its jobs still resume)
+            step.pop("constrain", None)
+            if step.get("extract") is None:
+                step.pop("extract", None)
+            if step.get("max_tokens") is None and step.get("parse") is not None:
+                step["max_tokens"] = FREE_TEXT_MAX_TOKENS
+        blob = json.dumps(dump, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+    def constrained(self, step: StepSpec) -> bool:
+        """Whether `step`'s answers are held on the server (the step's switch, else the
+        pipeline's)."""
+        return self.constrain if step.constrain is None else step.constrain
 
 
 def successors(spec: PipelineSpec, name: str) -> list[str]:
@@ -268,6 +322,8 @@ def load_pipeline(path: str | Path) -> PipelineSpec:
     for step in raw.get("steps") or []:
         if isinstance(step, dict) and isinstance(step.get("system"), str):
             step["system"] = _resolve_system(step["system"], path.parent)
+        if isinstance(step, dict) and isinstance(step.get("extract"), dict):
+            resolve_schema_file(step["extract"], path.parent)
     return parse_pipeline(raw, source=str(path))
 
 

@@ -1,0 +1,332 @@
+"""Answers held on the server: each step's structured-output constraint and answer budget.
+
+A choice step (`parse: {choices: [...]}`) is constrained by default: its request carries vLLM's
+structured-output field `structured_outputs: {"choice": [...]}`, so the model can write only
+one of the choices, and `max_tokens` (unless the step sets it) is the longest choice's token
+count plus one (the end token). An extraction step (`extract:`) carries
+`structured_outputs: {"json": schema}` with whitespace off, and room for the longest answer the
+schema allows. `constrain: false` (on the pipeline or a step) sends the old free-text request.
+
+vLLM documents this request form from 0.11 on (`guided_choice`/`guided_json` were deprecated
+then and later removed); the kit serves vLLM 0.32 (versions.env). A server or router that does
+not know the field may drop it silently, and then the constraint is not there at all: so
+before any record is sent, `check_servers` asks every endpoint once with a constraint that no
+free answer meets (one choice, a word the prompt does not ask for) and refuses the job with one
+line and the fix when the answer breaks it or the server rejects the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import aiohttp
+
+from sparkops.errors import UserError
+from sparkops.pipeline.extract import ExtractSpec
+from sparkops.pipeline.spec import FREE_TEXT_MAX_TOKENS, PipelineSpec, StepSpec
+
+Mode = Literal["choice", "json", "off"]
+
+# The probe: a single allowed answer the prompt does not ask for. A server that holds the
+# constraint answers exactly it; one that ignores the field answers the prompt.
+PROBE_WORD = "kumquat"
+PROBE_MESSAGES = [{"role": "user", "content": "Reply with OK."}]
+PROBE_SCHEMA = {
+    "type": "object",
+    "properties": {"fruit": {"type": "string", "enum": [PROBE_WORD]}},
+    "required": ["fruit"],
+    "additionalProperties": False,
+}
+# How long one probe or /tokenize call may take unless the caller says (the job passes its
+# pre-flight bound): the server compiles the probe's grammar first, seconds on a busy CPU.
+PROBE_TIMEOUT_S = 60.0
+# Room a free answer to the probe gets (enough to show what the server wrote instead).
+PROBE_MAX_TOKENS = 16
+# Extra tokens an extraction answer gets over its longest instance (a tokenizer may split
+# a value where the instance's text did not).
+JSON_MARGIN = 8
+# The longest text a JSON number takes (a double's repr) and an integer without a range.
+_NUMBER = -1.2345678901234567e308
+_INTEGER = -9223372036854775808
+
+
+def step_mode(spec: PipelineSpec, step: StepSpec) -> Mode:
+    """How `step`'s answers are held: to its choices, to its schema, or not at all."""
+    if not spec.constrained(step):
+        return "off"
+    return "choice" if step.parse is not None else "json"
+
+
+def modes(spec: PipelineSpec) -> dict[str, Mode]:
+    """Every step's mode, in order: what the manifest and the serving record keep."""
+    return {step.name: step_mode(spec, step) for step in spec.steps}
+
+
+def structured_outputs(spec: PipelineSpec, step: StepSpec) -> dict[str, Any] | None:
+    """The request's `structured_outputs` field for `step` (None when unconstrained)."""
+    mode = step_mode(spec, step)
+    if mode == "choice":
+        assert step.parse is not None
+        return {"choice": list(step.parse.choices)}
+    if mode == "json":
+        assert step.extract is not None
+        return {"json": step.extract.answer_schema, "disable_any_whitespace": True}
+    return None
+
+
+def byte_count(text: str) -> int:
+    """An upper bound of `text`'s token count without the tokenizer: every token of a
+    byte-level or byte-fallback tokenizer covers at least one byte."""
+    return len(text.encode("utf-8"))
+
+
+def longest_instance(schema: Mapping[str, Any]) -> tuple[Any, int] | None:
+    """The longest answer `schema` allows, as (a JSON value with every string empty, the
+    string characters it can still hold); None when the schema bounds no length (a string
+    without maxLength, an array without maxItems, a construct this bound does not read)."""
+    if "const" in schema:
+        return schema["const"], 0
+    if "enum" in schema:
+        values = schema["enum"]
+        return (max(values, key=lambda v: len(json.dumps(v))), 0) if values else None
+    kind = schema.get("type")
+    if kind == "boolean":
+        return False, 0
+    if kind == "integer":
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if low is None or high is None:
+            return _INTEGER, 0
+        return max(int(low), int(high), key=lambda b: len(str(b))), 0
+    if kind == "number":
+        return _NUMBER, 0
+    if kind == "string":
+        limit = schema.get("maxLength")
+        return ("", int(limit)) if isinstance(limit, int) else None
+    if kind == "array":
+        items, most = schema.get("items"), schema.get("maxItems")
+        if not isinstance(items, dict) or not isinstance(most, int):
+            return None
+        one = longest_instance(items)
+        return None if one is None else ([one[0]] * most, one[1] * most)
+    if kind == "object":
+        props = schema.get("properties") or {}
+        out: dict[str, Any] = {}
+        chars = 0
+        for name, prop in props.items():
+            one = longest_instance(prop) if isinstance(prop, dict) else None
+            if one is None:
+                return None
+            out[name], extra = one
+            chars += extra
+        return out, chars
+    return None
+
+
+def unbounded_fields(extract: ExtractSpec) -> list[str]:
+    """The fields whose longest value the schema does not bound (no budget derivable)."""
+    props = extract.answer_schema.get("properties") or {}
+    return [n for n, p in props.items() if not isinstance(p, dict) or longest_instance(p) is None]
+
+
+def max_tokens(spec: PipelineSpec, step: StepSpec, count: Callable[[str], int]) -> int:
+    """The step's answer budget: its own `max_tokens`, else derived from what it may answer
+    (`count` gives a text's token count: the server's tokenizer, or `byte_count`)."""
+    if step.max_tokens is not None:
+        return step.max_tokens
+    if step.parse is not None:
+        if step_mode(spec, step) == "off":
+            return FREE_TEXT_MAX_TOKENS
+        return max(count(c) for c in step.parse.choices) + 1
+    assert step.extract is not None
+    bound = longest_instance(step.extract.answer_schema)
+    if bound is None:  # refused by `check_spec` before a job runs
+        raise UserError(_unbounded_message(step))
+    instance, chars = bound
+    return count(json.dumps(instance)) + chars + JSON_MARGIN
+
+
+def check_spec(spec: PipelineSpec) -> None:
+    """Refuse what no request can send: an extraction step with no derivable budget."""
+    for step in spec.steps:
+        if step.extract is not None and step.max_tokens is None and unbounded_fields(step.extract):
+            raise UserError(_unbounded_message(step))
+
+
+def _unbounded_message(step: StepSpec) -> str:
+    assert step.extract is not None
+    names = unbounded_fields(step.extract) or ["(the schema)"]
+    return (
+        f"step {step.name!r}: field(s) {names} have no length bound, so no answer budget can "
+        "be derived; give each string a maxLength (each list a maxItems), or set max_tokens "
+        "on the step"
+    )
+
+
+def budgets(spec: PipelineSpec, count: Callable[[str], int] = byte_count) -> dict[str, int]:
+    """Every step's max_tokens."""
+    return {step.name: max_tokens(spec, step, count) for step in spec.steps}
+
+
+def describe(spec: PipelineSpec, budget: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    """What the serving record keeps per step: the mode and the answer budget sent."""
+    return {
+        name: {"mode": mode, "max_tokens": budget.get(name)} for name, mode in modes(spec).items()
+    }
+
+
+# ---- asking the server --------------------------------------------------------------------
+async def token_counts(
+    session: aiohttp.ClientSession,
+    base: str,
+    model: str,
+    texts: list[str],
+    headers: dict[str, str],
+    timeout: float = PROBE_TIMEOUT_S,
+) -> dict[str, int]:
+    """Each text's token count through the server's /tokenize (no special tokens); the
+    texts it could not count (a router has no /tokenize) are left out."""
+    counts: dict[str, int] = {}
+    for text in dict.fromkeys(texts):
+        body = {"model": model, "prompt": text, "add_special_tokens": False}
+        try:
+            async with (
+                asyncio.timeout(timeout),
+                session.post(base + "/tokenize", json=body, headers=headers) as resp,
+            ):
+                data = await resp.json(content_type=None)
+                ok = resp.status == 200
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            return counts
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not ok or not isinstance(tokens, list):
+            return counts
+        counts[text] = len(tokens)
+    return counts
+
+
+def _answer_texts(spec: PipelineSpec) -> list[str]:
+    """The texts whose token counts the derived budgets read."""
+    texts: list[str] = []
+    for step in spec.steps:
+        if step.max_tokens is not None:
+            continue
+        if step.parse is not None and step_mode(spec, step) != "off":
+            texts.extend(step.parse.choices)
+        elif step.extract is not None and (bound := longest_instance(step.extract.answer_schema)):
+            texts.append(json.dumps(bound[0]))
+    return texts
+
+
+async def server_budgets(
+    session: aiohttp.ClientSession,
+    base: str,
+    spec: PipelineSpec,
+    headers: dict[str, str],
+    timeout: float = PROBE_TIMEOUT_S,
+) -> dict[str, int]:
+    """Every step's max_tokens, counted with the server's tokenizer where it has one (else
+    the byte bound)."""
+    counts = await token_counts(session, base, spec.model, _answer_texts(spec), headers, timeout)
+    return budgets(spec, lambda text: counts.get(text, byte_count(text)))
+
+
+def probe_body(model: str, mode: Mode) -> dict[str, Any]:
+    """The probe request for one kind of constraint."""
+    outputs: dict[str, Any] = (
+        {"choice": [PROBE_WORD]}
+        if mode == "choice"
+        else {"json": PROBE_SCHEMA, "disable_any_whitespace": True}
+    )
+    return {
+        "model": model,
+        "messages": PROBE_MESSAGES,
+        "max_tokens": PROBE_MAX_TOKENS,
+        "temperature": 0,
+        "structured_outputs": outputs,
+    }
+
+
+def probe_verdict(mode: Mode, status: int, data: Any) -> str | None:
+    """What is wrong with a probe's answer (None: the constraint held)."""
+    if status != 200:
+        error = data.get("error") if isinstance(data, dict) else None
+        message = error.get("message") if isinstance(error, dict) else error or data
+        return f"rejected the structured-output constraint (HTTP {status}: {str(message)[:160]})"
+    try:
+        text = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return "answered the probe without a chat message"
+    held = text == PROBE_WORD if mode == "choice" else _json_probe_ok(text)
+    if held:
+        return None
+    asked = (
+        f"asked to answer only {PROBE_WORD!r}"
+        if mode == "choice"
+        else f'asked for {{"fruit": "{PROBE_WORD}"}}'
+    )
+    return f"ignored the structured-output constraint ({asked}, it wrote {str(text)[:40]!r})"
+
+
+def _json_probe_ok(text: Any) -> bool:
+    try:
+        return json.loads(text) == {"fruit": PROBE_WORD}
+    except (TypeError, ValueError):
+        return False
+
+
+async def probe(
+    session: aiohttp.ClientSession,
+    base: str,
+    model: str,
+    mode: Mode,
+    headers: dict[str, str],
+    timeout: float = PROBE_TIMEOUT_S,
+) -> str | None:
+    """Ask `base` once with a `mode` constraint; what is wrong (None: it held)."""
+    try:
+        async with (
+            asyncio.timeout(timeout),
+            session.post(
+                base + "/v1/chat/completions", json=probe_body(model, mode), headers=headers
+            ) as resp,
+        ):
+            try:
+                data = await resp.json(content_type=None)
+            except (ValueError, UnicodeDecodeError):
+                data = None
+            return probe_verdict(mode, resp.status, data)
+    except (aiohttp.ClientError, OSError) as err:
+        return f"did not answer the structured-output probe ({type(err).__name__})"
+    except TimeoutError:
+        return f"did not answer the structured-output probe within {timeout:.0f} s"
+
+
+async def check_servers(
+    session: aiohttp.ClientSession,
+    bases: list[str],
+    spec: PipelineSpec,
+    headers: dict[str, str],
+    source: str = "the pipeline",
+    timeout: float = PROBE_TIMEOUT_S,
+) -> None:
+    """Refuse (UserError, one line) a job whose constrained steps an endpoint would not hold."""
+    kinds = sorted({m for m in modes(spec).values() if m != "off"})
+    for base in dict.fromkeys(bases):
+        for mode in kinds:
+            problem = await probe(session, base, spec.model, mode, headers, timeout)
+            if problem is not None:
+                steps = [n for n, m in modes(spec).items() if m == mode]
+                raise UserError(refusal(base, problem, steps, source))
+
+
+def refusal(base: str, problem: str, steps: list[str], source: str) -> str:
+    """The one line a server that will not hold the constraint gets (nothing was sent)."""
+    return (
+        f"{base} {problem}, so step(s) {', '.join(steps)} would not be held to their answers; "
+        "serve the model with the kit's vLLM (it reads `structured_outputs`), or through a "
+        f"router that passes that field on, or set `constrain: false` in {source} to run "
+        "unconstrained (nothing was sent)"
+    )
