@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import time
-from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,13 +45,12 @@ from sparkops.batch.records import (
     refuse_bad_input,
     scan_input,
 )
-from sparkops.batch.retry import error_cause
 from sparkops.batch.sampler import Drift, sample_loop, sample_once
 from sparkops.batch.stall import Change
 from sparkops.batch.workload import Workload, workload_for
 from sparkops.errors import Interrupted, JobStopped, UserError
 from sparkops.jobdir import lines
-from sparkops.jobdir.folder import RESULTS, Manifest, check_out_dir
+from sparkops.jobdir.folder import META, RESULTS, Manifest, check_out_dir
 from sparkops.jobdir.journal import Journal
 from sparkops.jobdir.run import JobRun
 from sparkops.metrics.timeline import LiveHitRate
@@ -352,7 +350,9 @@ def _summary(cfg: JobConfig, total: int, st: Stats, elapsed: float, job: JobRun)
         resumed=job.resumed,
         job_done=job.journal.done_ok,
         job_errors=job.journal.done_err,
-        causes=_job_causes(cfg.out / RESULTS).most_common() if job.journal.done_err else [],
+        causes=lines.error_causes(cfg.out / RESULTS, cfg.out / META).most_common()
+        if job.journal.done_err
+        else [],
     )
 
 
@@ -390,12 +390,3 @@ def _check_first_record(
     )
     if first is not None:
         workload.check_first(first, cfg.input)
-
-
-def _job_causes(path: Path) -> Counter[str]:
-    """Every error line of the job (all runs) by cause: what the summary names."""
-    causes: Counter[str] = Counter()
-    for result in lines.outcomes(path):
-        if result.error is not None:
-            causes[error_cause(result.error)] += 1
-    return causes
