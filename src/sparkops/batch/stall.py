@@ -45,7 +45,7 @@ PROBE_BACKOFF_MAX = 8
 
 
 @dataclass(frozen=True)
-class Change:
+class StallChange:
     """A change in an endpoint's standing, for the caller to act on and to log.
 
     kind: "stalled" (stop sending; cancel and re-route its `in_flight` calls), "probe-failed"
@@ -158,10 +158,10 @@ class StallWatch:
     def all_stalled(self) -> bool:
         return bool(self.watches) and all(w.stalled for w in self.watches)
 
-    def check(self, t: float) -> list[Change]:
+    def check(self, t: float) -> list[StallChange]:
         """Changes since the last check, in endpoint order (call it every second or so)."""
         limit = self.threshold
-        changes: list[Change] = []
+        changes: list[StallChange] = []
         for w in self.watches:
             if w.stalled_since is None:
                 quiet = t - w.last_progress
@@ -171,9 +171,11 @@ class StallWatch:
                     w.probe_started = None
                     w.failed_probes = 0
                     self.n_stalled += 1
-                    changes.append(Change(w.name, "stalled", t, quiet, w.in_flight))
+                    changes.append(StallChange(w.name, "stalled", t, quiet, w.in_flight))
             elif w._rejoin:
-                changes.append(Change(w.name, "rejoined", t, t - w.stalled_since, how=w._rejoin))
+                changes.append(
+                    StallChange(w.name, "rejoined", t, t - w.stalled_since, how=w._rejoin)
+                )
                 w.stalled_since = None
                 w.probe_started = None
                 w._rejoin = ""
@@ -182,7 +184,9 @@ class StallWatch:
             elif w.probe_started is not None and t - w.probe_started >= limit:
                 w.failed_probes += 1
                 w.probe_at = t + limit * min(2**w.failed_probes, PROBE_BACKOFF_MAX)
-                changes.append(Change(w.name, "probe-failed", t, t - w.probe_started, w.in_flight))
+                changes.append(
+                    StallChange(w.name, "probe-failed", t, t - w.probe_started, w.in_flight)
+                )
                 w.probe_started = None
         return changes
 
@@ -192,12 +196,12 @@ def default_stall_after(sample_interval: float, slowest_answer: float) -> float:
     return max(FLOOR_S, SAMPLES * sample_interval, SLOWEST_FACTOR * slowest_answer)
 
 
-def log_event(change: Change, run: int, wall: float) -> dict[str, Any]:
+def log_event(change: StallChange, run: int, wall: float) -> dict[str, Any]:
     """The runs.jsonl line for a change, as JSON."""
     return run_event(change, run, wall).to_json()
 
 
-def run_event(change: Change, run: int, wall: float) -> RunEvent:
+def run_event(change: StallChange, run: int, wall: float) -> RunEvent:
     """The runs.jsonl event for a change (the job log; the report reads it back)."""
     extra: dict[str, Any] = {"endpoint": change.endpoint}
     if change.kind == "rejoined":

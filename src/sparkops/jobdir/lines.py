@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from sparkops.jobdir.durable import iter_json_lines
-from sparkops.jobdir.identity import Change, Identity
+from sparkops.jobdir.identity import Identity, IdentityChange
 from sparkops.metrics.timeline import TimelineSample as TimelineSample  # the sampler's writer
 
 
@@ -390,12 +390,12 @@ class ServingLine:
         )
 
 
-def _changes_of(items: Any) -> list[Change]:
+def _changes_of(items: Any) -> list[IdentityChange]:
     """The changes a line lists (an item that is not an object is skipped)."""
     if not isinstance(items, list):
         return []
     return [
-        Change(str(c.get("field")), c.get("before"), c.get("after"))
+        IdentityChange(str(c.get("field")), c.get("before"), c.get("after"))
         for c in items
         if isinstance(c, dict)
     ]
@@ -409,7 +409,7 @@ class ServingStart(ServingLine):
 
     context: dict[str, Any]
     endpoints: dict[str, dict[str, Any]]
-    changes: dict[str, list[Change]] = field(default_factory=dict)
+    changes: dict[str, list[IdentityChange]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         obj = {**self._head("start"), **self.context, "endpoints": self.endpoints}
@@ -466,7 +466,7 @@ class ServingChange(ServingLine):
 
     endpoint: str
     identity: Identity | None
-    changes: list[Change] = field(default_factory=list)
+    changes: list[IdentityChange] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
