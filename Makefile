@@ -54,6 +54,7 @@ lint: venv
 	$(KIT)/yamllint --strict .
 	$(KIT)/ansible-lint --offline
 	$(KIT)/mypy
+	$(KIT)/lint-imports
 
 unit: venv
 	$(KIT)/pytest tests/unit

@@ -5,8 +5,8 @@
     scripts/dev/layout_figures.py SRC --stops    (also list the config trace's stops)
 
 Prints the lines of sparkops/batch and its share of the package, the files over 500 lines,
-the `dict[str, Any]` count, the package import cycles (imports inside functions count, as in
-tests/unit/test_import_graph.py) and the config trace.
+the `dict[str, Any]` count, the package import cycles (imports inside functions count, as in the
+import contracts of pyproject.toml) and the config trace.
 
 The config trace is a taint walk over `ast`, not a reading by eye: it starts at `batch run`'s
 handler in batch/cli.py (`_run(args)`, the parsed arguments tainted), and follows every call

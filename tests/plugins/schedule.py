@@ -9,6 +9,10 @@ integration, unit), and a worker claims its next module only when one test is le
 needs to know its next test to finish the last one). That is the longest-first rule for two
 machines: the many short unit modules fill the gaps at the end.
 
+The scheduler subclasses xdist's LoadFileScheduling and overrides private methods
+(`_reschedule`, `_pending_of`, `_assign_work_unit`): pyproject.toml bounds pytest-xdist to
+the minor version this was written against (constraints.txt pins it exactly).
+
 MEASURED is a guide, not a contract: a module missing from it (or renamed) falls back to its
 folder's rank, and the order changes only the run time, never a result.
 """

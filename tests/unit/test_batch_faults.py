@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparkops.batch.job import JobSummary
-from sparkops.batch.outcome import Kind, answer_text, check_answer
-from sparkops.batch.retry import MAX_RETRY_AFTER, error_cause, is_retryable, retry_after_seconds
+from sparkops.batch.outcome import Kind, answer_text, check_answer, http_failure, record_failure
+from sparkops.batch.retry import MAX_RETRY_AFTER, is_retryable, retry_after_seconds
 from sparkops.errors import Interrupted
 
 
@@ -31,14 +31,27 @@ def test_retry_after_reads_seconds_and_http_dates_and_caps_them():
         assert retry_after_seconds(bad) is None
 
 
-def test_error_cause_drops_what_varies_per_record():
-    assert error_cause("line 12: gave up after 7 attempts: HTTP 503: busy 3") == "HTTP 503: busy N"
-    assert error_cause("HTTP 400: context 2048, asked 2100") == error_cause(
-        "line 9: HTTP 400: context 2048, asked 4000"
+def _http_cause(status: int, message: str | None) -> str:
+    body = {"error": {"message": message}} if message else None
+    return http_failure(status, body, b"", None, None).cause
+
+
+def test_a_failure_s_cause_drops_what_varies_per_record():
+    """Errors are grouped by `Failure.cause` (the summary's commonest cause), typed where the
+    failure happens: numbers masked, attempt counts and line numbers out of it."""
+    assert (
+        http_failure(503, {"error": {"message": "busy 3"}}, b"", None, None).alone(7).cause
+        == "HTTP 503: busy N"
     )
-    assert error_cause("HTTP 501") == "HTTP 501"
-    assert error_cause("HTTP 200 without choices") == "HTTP 200 without choices"
-    assert len(error_cause("x" * 1000)) <= 120
+    assert _http_cause(400, "context 2048, asked 2100") == _http_cause(
+        400, "context 2048, asked 4000"
+    )
+    assert _http_cause(501, None) == "HTTP 501"
+    assert _problem("/v1/chat/completions", {"id": "x"}) == "HTTP 200 without choices"
+    assert (
+        record_failure("line 12: no field x").cause == record_failure("line 80: no field x").cause
+    )
+    assert len(record_failure("x" * 1000).cause) <= 120
 
 
 def _problem(path: str, body: object) -> str | None:

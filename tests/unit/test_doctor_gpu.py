@@ -145,10 +145,19 @@ def test_help_documents_the_exit_codes_and_defaults(tmp_path):
 
 
 def test_load_command_runs_while_sampling(tmp_path):
-    """--load-cmd turns an idle GPU busy for the samples (here: it writes the fixture's state)."""
-    (tmp_path / "gpu-state").write_text("idle")
-    proc = run_check(tmp_path, "idle", "--load-cmd", f"echo load > {tmp_path / 'gpu-state'}")
-    assert proc.returncode == 0, proc.stdout
+    """--load-cmd turns an idle GPU busy for the samples (here: it writes the fixture's state),
+    and the verdict is read from the loaded GPU: the state file says "load", every sample was
+    taken under load, at the loaded clock. --interval 1 gives the command the check's own
+    grace (two intervals) before the first sample."""
+    state = tmp_path / "gpu-state"
+    proc = run_check(
+        tmp_path, "idle", "--json", "--interval", "1", "--load-cmd", f"echo load > {state}"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert state.read_text().strip() == "load"
+    result = json.loads(proc.stdout)
+    assert result["state"] == "ok"
+    assert result["loaded_samples"] == 2 and result["clock_mhz"] == 2405
 
 
 def test_the_role_installs_this_very_file():

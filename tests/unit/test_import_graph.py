@@ -1,115 +1,79 @@
-"""The packages of src/sparkops import each other without a loop (a layer cut: a package
-never imports one that imports it back, directly or through others). Imports inside
-functions count: a deferred import is still a dependency."""
+"""The import contracts of pyproject.toml ([tool.importlinter], checked by `lint-imports` in
+`make lint`) hold, and each one fails when the code breaks it.
+
+The contracts: the layers (bench and local run jobs through the client, batch; the readers,
+report and compare, sit below it; the job folder, jobdir, below both), report/compare/plan
+never import batch, jobdir imports neither the client nor the readers, and no import circle
+exists between packages nor between the files of one package. Imports inside functions and
+under TYPE_CHECKING count: a deferred or type-only import is still a dependency.
+
+A violation is shown on a copy of the package with one import added, so the check can fail
+and says which contract broke.
+"""
 
 from __future__ import annotations
 
-import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import sparkops
 
 SRC = Path(sparkops.__file__).parent
+ROOT = SRC.parent.parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-def _unit(module: str) -> str:
-    """The node an import lands on: sparkops.<package> for a subpackage, sparkops.<module>
-    for a top-level module (sparkops.errors), sparkops for the package itself (a name
-    imported from it, `from sparkops import __version__`)."""
-    parts = module.split(".")
-    if len(parts) >= 2 and ((SRC / parts[1]).is_dir() or (SRC / f"{parts[1]}.py").is_file()):
-        return ".".join(parts[:2])
-    return "sparkops"
+def _lint_imports(package_parent: Path) -> subprocess.CompletedProcess[str]:
+    """lint-imports with the repository's contracts over the package under `package_parent`."""
+    env = {**os.environ, "PYTHONPATH": str(package_parent), "NO_COLOR": "1"}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=package_parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
-def _module_of(path: Path) -> str:
-    rel = path.relative_to(SRC.parent).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+def test_the_import_contracts_hold() -> None:
+    run = _lint_imports(SRC.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Contracts: 4 kept, 0 broken." in run.stdout
 
 
-def package_graph() -> dict[str, set[str]]:
-    """sparkops unit -> the sparkops units it imports (itself left out)."""
-    graph: dict[str, set[str]] = {}
-    for path in sorted(SRC.rglob("*.py")):
-        module = _module_of(path)
-        source = _unit(module)
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        edges = graph.setdefault(source, set())
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
-                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
-            for target in targets:
-                if target.startswith("sparkops.") and _unit(target) != source:
-                    edges.add(_unit(target))
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one unit (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in sorted(graph.get(node, ())):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                top = stack.pop()
-                on_stack.discard(top)
-                component.append(top)
-                if top == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
-
-def test_the_cycle_finder_finds_a_loop() -> None:
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
-
-
-def test_the_graph_sees_deferred_and_relative_imports() -> None:
-    graph = package_graph()
-    assert "sparkops.errors" in graph["sparkops.render"]
-    assert "sparkops.profiles" in graph["sparkops.plan"]  # plan/cli.py, inside a function
-    assert "sparkops.local_stack" in graph["sparkops.batch"]
-    assert "sparkops.batch" not in graph["sparkops.pipeline"]
-    assert len(graph) > 10
-
-
-def test_sparkops_packages_import_each_other_without_a_loop() -> None:
-    graph = package_graph()
-    loops = cycles(graph)
-    detail = [
-        " <-> ".join(loop)
-        + ": "
-        + "; ".join(f"{a} imports {b}" for a in loop for b in sorted(graph[a]) if b in loop)
-        for loop in loops
-    ]
-    assert not loops, detail
+@pytest.mark.parametrize(
+    ("file", "line", "broken"),
+    [
+        (
+            "report/compute.py",
+            "from sparkops.batch import stall",
+            "report, compare and plan never import the client (batch) BROKEN",
+        ),
+        (
+            "jobdir/lines.py",
+            "from sparkops.report import stalls",
+            "The job folder imports neither the client nor the readers BROKEN",
+        ),
+        (
+            "batch/calls.py",
+            "from sparkops.batch import engine",
+            "No import circle between packages, nor between the files of one package BROKEN",
+        ),
+    ],
+)
+def test_a_violation_fails_naming_its_contract(
+    tmp_path: Path, file: str, line: str, broken: str
+) -> None:
+    copy = tmp_path / "sparkops"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / file
+    target.write_text(target.read_text(encoding="utf-8") + f"\n{line}  # noqa\n", "utf-8")
+    run = _lint_imports(tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert broken in " ".join(run.stdout.split()), run.stdout

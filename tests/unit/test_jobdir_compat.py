@@ -235,10 +235,10 @@ def write_job(out: Path, kind: str, clock: _Clock) -> None:
             clock.now = T0 + 1000 * run + 3 * i
             _record(fates, kind, run, i, clock)
             if i == 5 and run == 1:
-                change = stall.Change(EP, "stalled", 0, 130.04, 3)
+                change = stall.StallChange(EP, "stalled", 0, 130.04, 3)
                 append_json(out / RUNS, stall.log_event(change, run, clock.now))
             if i == 9 and run == 1:
-                change = stall.Change(EP, "rejoined", 0, 61.66, how="answer")
+                change = stall.StallChange(EP, "rejoined", 0, 61.66, how="answer")
                 append_json(out / RUNS, stall.log_event(change, run, clock.now))
                 finished = journal.done_ok + journal.done_err
                 log.observe(run, EP, _identity("m2", 100), finished)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,28 @@ def test_line_error_reads_pipeline_and_openai_lines():
     http = {"error": None, "response": {"status_code": 400, "body": {"error": {"message": "m"}}}}
     assert _line_error(http) == "HTTP 400: m"
     assert _line_error({"error": {"code": "timeout", "message": "timed out"}}) == "timed out"
+
+
+def test_errors_are_grouped_by_the_failure_s_typed_cause(tmp_path):
+    """The run summary's causes come from `failure.cause` (a pipeline line, an OpenAI meta
+    line), never from parsing the message; a line from before failures were typed counts
+    under its message as written."""
+    fixtures = Path(__file__).parent.parent / "fixtures" / "jobdirs"
+    pipeline, openai = fixtures / "pipeline", fixtures / "openai"
+    assert lines.error_causes(pipeline / RESULTS, pipeline / "openai-meta.jsonl") == {
+        "HTTP 400: too long N": 6,
+        "line N: no field text": 2,
+    }
+    assert lines.error_causes(openai / RESULTS, openai / "openai-meta.jsonl") == {
+        "HTTP 400: bad prompt N": 6,
+        "timed out": 2,
+    }
+    old = tmp_path / RESULTS
+    old.write_text(
+        '{"id": "a", "status": "error", "error": "HTTP 503", "line": 1}\n'
+        '{"id": "b", "status": "done", "final": "x", "error": null, "line": 2}\n'
+    )
+    assert lines.error_causes(old, tmp_path / "none.jsonl") == {"HTTP 503": 1}
+    assert [o.cause for o in lines.outcomes(pipeline / RESULTS) if not o.ok][:1] == [
+        "HTTP 400: too long N"
+    ]

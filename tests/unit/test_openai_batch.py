@@ -79,16 +79,18 @@ def test_an_http_error_keeps_the_server_s_body_in_response_with_error_null():
 
 
 @pytest.mark.parametrize(
-    ("status", "message", "code"),
+    ("status", "message", "kind", "code"),
     [
-        (0, "connection error: ServerDisconnectedError", "connection_error"),
-        (0, "timed out", "timeout"),
-        (0, "line 7: body must be a JSON object", "invalid_request"),
-        (200, "HTTP 200 answer without choices", "invalid_response"),
+        (0, "connection error: ServerDisconnectedError", "transport", "connection_error"),
+        (0, "timed out", "timeout", "timeout"),
+        (0, "gave up after 3 attempts: timed out", "timeout", "timeout"),
+        (0, "line 7: body must be a JSON object", "record", "invalid_request"),
+        (200, "HTTP 200 answer without choices", "no_text", "invalid_response"),
     ],
 )
-def test_a_failure_without_an_http_answer_is_a_batch_error(status, message, code):
-    line = openai_lines.output_line("c4", 7, status, None, message, None)
+def test_a_failure_without_an_http_answer_is_a_batch_error(status, message, kind, code):
+    """The error code comes from the failure's kind, never from its message."""
+    line = openai_lines.output_line("c4", 7, status, None, message, None, kind)
     parsed, _ = parse_line(roundtrip(line), "/v1/chat/completions")
     assert parsed.response is None
     assert (parsed.error.code, parsed.error.message, parsed.error.line) == (code, message, 7)

@@ -21,7 +21,7 @@ from sparkops.batch.progress import ProgressView
 from sparkops.compare import serving as compare_serving
 from sparkops.errors import UserError
 from sparkops.jobdir import identity as serving_identity
-from sparkops.jobdir.identity import Change, build_identity, cache_config, diff
+from sparkops.jobdir.identity import IdentityChange, build_identity, cache_config, diff
 from sparkops.local import state as local_state
 from sparkops.local.server import Server
 from sparkops.procs import proc_argv, proc_start_ticks
@@ -106,11 +106,11 @@ def test_a_field_that_appears_or_disappears_is_a_change():
         "cache.cache_dtype": ("auto", None),
         "cache.kv_offload": (None, "on"),
     }
-    assert Change("x", None, "").text() == "x (absent) -> (none)"
+    assert IdentityChange("x", None, "").text() == "x (absent) -> (none)"
 
 
 def test_describe_is_bounded():
-    changes = [Change(f"cache.f{i}", "1", "2") for i in range(7)]
+    changes = [IdentityChange(f"cache.f{i}", "1", "2") for i in range(7)]
     assert serving_identity.describe(changes).endswith("and 3 more")
 
 

@@ -13,6 +13,7 @@ from sparkops.batch import stall
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.stall import StallWatch, default_stall_after
 from sparkops.jobdir.lines import RunEvent
+from sparkops.report import stalls
 
 
 def ms(t: int) -> float:
@@ -179,17 +180,17 @@ def test_log_event_and_report_summary_round_trip():
         "quiet_s": 12.0,
         "in_flight": 2,
     }
-    rows = stall.summarise([RunEvent("start", 2, None), *map(RunEvent.from_json, events)])
+    rows = stalls.summarise([RunEvent("start", 2, None), *map(RunEvent.from_json, events)])
     assert [row.as_dict() for row in rows] == [
         {"endpoint": "a", "run": 2, "quiet_s": 12.0, "rerouted": 2, "rejoined_after_s": 13.0}
     ]
-    text = stall.sentence(rows[0])
+    text = stalls.sentence(rows[0])
     assert text.startswith("Endpoint a stalled in run 2: nothing advanced for 12 s")
     assert (
         "2 in-flight call(s) were sent to other endpoints" in text and "rejoined after 13 s" in text
     )
     rows[0].rejoined_after_s = None
-    assert stall.sentence(rows[0]).endswith("it did not rejoin before the run ended.")
+    assert stalls.sentence(rows[0]).endswith("it did not rejoin before the run ended.")
 
 
 def test_pool_sends_nothing_to_a_stalled_endpoint_except_its_due_probe():

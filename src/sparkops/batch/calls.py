@@ -19,58 +19,86 @@ from sparkops.batch.outcome import Answer, Kind, Outcome
 from sparkops.batch.retry import backoff_delay
 
 if TYPE_CHECKING:
-    from sparkops.batch.engine import Engine
+    from collections.abc import Callable
+
+    from sparkops.batch.checks import Checks
+    from sparkops.batch.endpoints import EndpointPool
+    from sparkops.batch.fate import Stats
+    from sparkops.batch.stop_rules import NoAnswer, Stop
+    from sparkops.batch.transport import Transport
 
 # A call that stalled alone (batch/checks.py) is the record's own failure after this many.
 STALLED_ALONE_ATTEMPTS = 3
 
 
-async def send(engine: Engine, path: str, payload: bytes, record_id: str) -> Outcome:
-    """The outcome the record's step gets (see the module docstring)."""
-    transport = engine._transport
-    assert transport is not None
-    want_text = engine.workload.want_text
-    pool, no_answer, stats = engine.pool, engine.no_answer, engine.stats
-    deadline = pool.now() + engine.cfg.retry_for
-    attempt = stalled_alone = 0
-    since = pool.now()  # when the previous failed attempt ended
-    while True:
-        attempt += 1
-        ep = pool.pick()
-        outcome = await transport.attempt(ep, path, payload, want_text)
-        now = pool.now()
-        if isinstance(outcome, Answer) or (outcome.code and outcome.is_records_fault):
-            no_answer.answered(now)  # the server is there (a 400 is an answer too)
-        if isinstance(outcome, Answer):
-            stats.calls += 1
-            pool.mark_up(ep)
-            return outcome
-        if outcome.kind is Kind.REROUTED:  # its endpoint stalled: send it elsewhere now
-            attempt -= 1
-            continue
-        if outcome.kind is Kind.STALLED_ALONE:
-            stalled_alone += 1
-            if stalled_alone >= STALLED_ALONE_ATTEMPTS:
+class Caller:
+    """Sends one step's request until it has an outcome for the record: the transport and
+    the pool it picks endpoints from, the check request that tells a record's problem from
+    an outage, the job-level no-answer rule, and how to stop the job. The engine builds one
+    when its HTTP session opens; nothing else reaches into the engine for them."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        pool: EndpointPool,
+        checks: Checks,
+        no_answer: NoAnswer,
+        stats: Stats,
+        stop: Callable[[Stop], None],
+        want_text: bool,
+    ) -> None:
+        self.transport = transport
+        self.pool = pool
+        self.checks = checks
+        self.no_answer = no_answer
+        self.stats = stats
+        self.stop = stop
+        self.want_text = want_text
+
+    async def send(self, path: str, payload: bytes, record_id: str) -> Outcome:
+        """The outcome the record's step gets (see the module docstring)."""
+        transport, want_text = self.transport, self.want_text
+        pool, no_answer, stats = self.pool, self.no_answer, self.stats
+        deadline = pool.now() + no_answer.retry_for
+        attempt = stalled_alone = 0
+        since = pool.now()  # when the previous failed attempt ended
+        while True:
+            attempt += 1
+            ep = pool.pick()
+            outcome = await transport.attempt(ep, path, payload, want_text)
+            now = pool.now()
+            if isinstance(outcome, Answer) or (outcome.code and outcome.is_records_fault):
+                no_answer.answered(now)  # the server is there (a 400 is an answer too)
+            if isinstance(outcome, Answer):
                 stats.calls += 1
-                return outcome.alone(attempt)
-        elif outcome.is_records_fault:
-            stats.calls += 1
-            pool.mark_up(ep)
-            return outcome
-        else:
-            no_answer.failed(record_id, outcome)
-            if outcome.kind is not Kind.TIMEOUT:
-                pool.mark_down(ep)  # its calls go to the other endpoints for a while
-            if now >= deadline:
-                if no_answer.due(now):
-                    engine.stop(no_answer.stop())  # an outage: the record stays unfinished
-                    return outcome
-                if no_answer.last_ok > since or await engine.checks.answers(ep):
+                pool.mark_up(ep)
+                return outcome
+            if outcome.kind is Kind.REROUTED:  # its endpoint stalled: send it elsewhere now
+                attempt -= 1
+                continue
+            if outcome.kind is Kind.STALLED_ALONE:
+                stalled_alone += 1
+                if stalled_alone >= STALLED_ALONE_ATTEMPTS:
                     stats.calls += 1
-                    return outcome.alone(attempt)  # others were answered: its own
-        since = now
-        stats.retries += 1
-        delay = backoff_delay(attempt)
-        if outcome.retry_after is not None and outcome.retry_after > delay:
-            delay = outcome.retry_after
-        await asyncio.sleep(delay)
+                    return outcome.alone(attempt)
+            elif outcome.is_records_fault:
+                stats.calls += 1
+                pool.mark_up(ep)
+                return outcome
+            else:
+                no_answer.failed(record_id, outcome)
+                if outcome.kind is not Kind.TIMEOUT:
+                    pool.mark_down(ep)  # its calls go to the other endpoints for a while
+                if now >= deadline:
+                    if no_answer.due(now):
+                        self.stop(no_answer.stop())  # an outage: the record stays unfinished
+                        return outcome
+                    if no_answer.last_ok > since or await self.checks.answers(ep):
+                        stats.calls += 1
+                        return outcome.alone(attempt)  # others were answered: its own
+            since = now
+            stats.retries += 1
+            delay = backoff_delay(attempt)
+            if outcome.retry_after is not None and outcome.retry_after > delay:
+                delay = outcome.retry_after
+            await asyncio.sleep(delay)

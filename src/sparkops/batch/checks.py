@@ -37,7 +37,9 @@ from sparkops.errors import UserError
 from sparkops.privacy import redact
 
 if TYPE_CHECKING:
-    from sparkops.batch.engine import Engine
+    from sparkops.batch.endpoints import EndpointPool
+    from sparkops.batch.stop_rules import NoAnswer
+    from sparkops.batch.transport import Transport
 
 CHECK_PATH = "/v1/chat/completions"
 # The longest one check request may take before it counts as "the server does not answer".
@@ -73,10 +75,26 @@ def other_model_message(model: str, expected: str, strict: bool) -> str:
 class Checks:
     """The engine's check requests and its watch on which model answered."""
 
-    def __init__(self, engine: Engine, model: str | None, expected: str | None) -> None:
+    def __init__(
+        self,
+        pool: EndpointPool,
+        no_answer: NoAnswer,
+        stop: Callable[[Stop], None],
+        model: str | None,
+        expected: str | None,
+        *,
+        request_timeout: float,
+        strict_model: bool = False,
+    ) -> None:
         """model: the one the check request names; expected: the workload's (None for an
-        OpenAI batch file, whose lines name their own: no answer is then another model's)."""
-        self.engine = engine
+        OpenAI batch file, whose lines name their own: no answer is then another model's).
+        `stop` stops the job (--strict-serving and another model; the engine's `stop`)."""
+        self.request_timeout = request_timeout
+        self.strict_model = strict_model
+        self.pool = pool
+        self.no_answer = no_answer
+        self.stop = stop
+        self.transport: Transport | None = None  # the engine's, once its session is open
         self.model = expected
         self.payload = json.dumps(check_body(model)).encode()
         self.other_models: set[str] = set()
@@ -87,25 +105,25 @@ class Checks:
     async def answers(self, ep: Endpoint, within: float = CHECK_TIMEOUT_S) -> bool:
         """Whether `ep` answers the check request within `within` seconds; a failure marks
         the job's no-answer rule as confirmed, so the job-level deadline can stop it."""
-        transport = self.engine._transport
+        transport = self.transport
         assert transport is not None
-        timeout = min(within, self.engine.cfg.request_timeout)
+        timeout = min(within, self.request_timeout)
         try:
             async with asyncio.timeout(timeout):
                 outcome = await transport.attempt(ep, CHECK_PATH, self.payload, False)
         except TimeoutError:
             outcome = None
         if isinstance(outcome, Answer):
-            self.engine.no_answer.answered(self.engine.pool.now())
+            self.no_answer.answered(self.pool.now())
             return True
-        self.engine.no_answer.unreachable = True
+        self.no_answer.unreachable = True
         return False
 
     async def stalled_alone(self) -> bool:
         """Every endpoint stalled: those that answer a check request are not hung, and the
         calls in flight there are their records' own hang (cancelled as such). True when
         one answered (the job goes on)."""
-        pool = self.engine.pool
+        pool = self.pool
         assert pool.stalls is not None
         within = min(CHECK_TIMEOUT_S, pool.stalls.threshold)  # no slower than a stall window
         live = False
@@ -127,8 +145,8 @@ class Checks:
         self.other_models.add(model)
         if self.on_other_model is not None:
             self.on_other_model(model, expected)
-        if self.engine.cfg.strict_model:
-            self.engine.stop(Stop("model-changed", other_model_message(model, expected, True)))
+        if self.strict_model:
+            self.stop(Stop("model-changed", other_model_message(model, expected, True)))
 
 
 # ---- before the first record ------------------------------------------------------------

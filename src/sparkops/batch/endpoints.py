@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from sparkops.batch.options import SAMPLE_INTERVAL_S
 from sparkops.batch.outcome import REROUTED, STALLED_ALONE, Failure
-from sparkops.batch.stall import Change, EndpointWatch, StallWatch
+from sparkops.batch.stall import EndpointWatch, StallChange, StallWatch
 from sparkops.openai_http import normalise_base
 from sparkops.privacy import redact
 
@@ -64,8 +64,8 @@ class EndpointPool:
     endpoints: list[Endpoint]
     _rr: int = field(default=0)
     stalls: StallWatch | None = None
-    # called with each Change the stall watch reports (the job logs it to runs.jsonl)
-    on_change: Callable[[Change], None] | None = None
+    # called with each StallChange the stall watch reports (the job logs it to runs.jsonl)
+    on_change: Callable[[StallChange], None] | None = None
     rerouted: int = 0  # calls cancelled on a stalled endpoint and sent elsewhere
     suspended: float = 0.0  # seconds the client was not running (SIGSTOP, suspend)
     # cancelled calls -> the failure their attempt returns (re-routed, or stalled alone)
@@ -143,7 +143,7 @@ class EndpointPool:
             tokens = values.get("prompt_tokens", 0.0) + values.get("generation_tokens", 0.0)
             ep.watch.counters(now, tokens)
 
-    def check(self, now: float | None = None) -> list[Change]:
+    def check(self, now: float | None = None) -> list[StallChange]:
         """Ask the stall watch; cancel (marked for re-routing) the calls of a stalled
         endpoint and of a failed probe; report each change through `on_change`."""
         if self.stalls is None:

@@ -26,7 +26,7 @@ import aiohttp
 
 from sparkops import json_codec
 from sparkops.batch.admission import Admission
-from sparkops.batch.calls import send
+from sparkops.batch.calls import Caller
 from sparkops.batch.checks import Checks
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.fate import Fates, RecordState, Stats
@@ -81,10 +81,18 @@ class Engine:
         self.fates = Fates(journal, self.stats, cfg.run)
         self.fail_fast = FailFast(cfg.fail_fast)
         self.no_answer = NoAnswer(cfg.retry_for, last_ok=pool.now())
-        self.checks = Checks(self, workload.model or default_model, workload.model)
+        self.checks = Checks(
+            pool,
+            self.no_answer,
+            self.stop,
+            workload.model or default_model,
+            workload.model,
+            request_timeout=cfg.request_timeout,
+            strict_model=cfg.strict_model,
+        )
         self._completions: asyncio.Queue | None = None
         self._over = False  # the dispatcher has returned: a late stop() changes nothing
-        self._transport: Transport | None = None
+        self._caller: Caller | None = None  # built when the HTTP session opens (run)
 
     @property
     def serving(self) -> int:
@@ -100,8 +108,18 @@ class Engine:
         conn = aiohttp.TCPConnector(limit=self.cfg.concurrency, limit_per_host=0, ttl_dns_cache=300)
         timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout)
         async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
-            self._transport = Transport(
+            transport = Transport(
                 session, self.pool, self.cfg.api_key, self.cfg.recycle_every, self.cfg.connect_gap
+            )
+            self.checks.transport = transport
+            self._caller = Caller(
+                transport,
+                self.pool,
+                self.checks,
+                self.no_answer,
+                self.stats,
+                self.stop,
+                self.workload.want_text,
             )
             await self._dispatch(items)
         self.journal.sync()
@@ -258,4 +276,5 @@ class Engine:
         except RecordError as err:
             return state, record_failure(f"line {state.record.line}: {err}")
         payload = json_codec.encode(body)
-        return state, await send(self, url_path, payload, state.record.id)
+        assert self._caller is not None
+        return state, await self._caller.send(url_path, payload, state.record.id)

@@ -119,13 +119,16 @@ class Fates:
         rid = state.record.id if custom_id == "" else custom_id
         line = state.record.line
         body: dict[str, Any] | None
+        kind: str | None = None
         if isinstance(outcome, Answer):
             status, body, error, request_id = 200, outcome.body, None, outcome.request_id
         else:
-            status, body = outcome.code, outcome.body
+            status, body, kind = outcome.code, outcome.body, outcome.kind.value
             error, request_id = outcome.message, outcome.request_id
         ok = openai_lines.is_success(status, body, error)
-        self.journal.append(openai_lines.output_line(rid, line, status, body, error, request_id))
+        self.journal.append(
+            openai_lines.output_line(rid, line, status, body, error, request_id, kind)
+        )
         meta = openai_lines.meta_line(rid, line, ok, body, self.run, state.started, time.time())
         meta["serving"] = self.serving
         if isinstance(outcome, Failure):

@@ -17,8 +17,6 @@ import os
 import signal
 import sys
 import time
-from collections import Counter
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,35 +25,23 @@ import aiohttp
 
 from sparkops import local_stack
 from sparkops.batch import collector, serving, stall
-from sparkops.batch.checks import other_model_message
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
 from sparkops.batch.limits import ensure_open_files
 from sparkops.batch.options import JobConfig
 from sparkops.batch.policy import POLICIES
-from sparkops.batch.preflight import preflight, record_serving
+from sparkops.batch.preflight import preflight
 from sparkops.batch.progress import ProgressView
-from sparkops.batch.records import (
-    InputKind,
-    InputScan,
-    InputStamp,
-    Record,
-    check_encoding,
-    detect_kind,
-    read_records,
-    refuse_bad_input,
-    scan_input,
-)
-from sparkops.batch.retry import error_cause
-from sparkops.batch.sampler import Drift, sample_loop, sample_once
-from sparkops.batch.stall import Change
+from sparkops.batch.records import InputKind, InputSource, check_encoding, detect_kind
+from sparkops.batch.sampler import Sampler
+from sparkops.batch.serving import ServingWatch
+from sparkops.batch.stall import StallChange
 from sparkops.batch.workload import Workload, workload_for
 from sparkops.errors import Interrupted, JobStopped, UserError
 from sparkops.jobdir import lines
-from sparkops.jobdir.folder import RESULTS, Manifest, check_out_dir
+from sparkops.jobdir.folder import META, RESULTS, Manifest, check_out_dir
 from sparkops.jobdir.journal import Journal
 from sparkops.jobdir.run import JobRun
-from sparkops.metrics.timeline import LiveHitRate
 from sparkops.pipeline.spec import load_pipeline
 
 # The preflight's own requests are bounded: /v1/models must answer within this, and the
@@ -197,10 +183,13 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
         stack = serving.read_stack_record(cfg.stack_record)
     else:
         stack = local_stack.find([normalise_base(u) for u in cfg.endpoints])
-    scan = scan_input(cfg.input, kind, cfg.id_field, cfg.encoding)
-    refuse_bad_input(scan, cfg.input, kind, cfg.id_field)
-    _check_first_record(workload, cfg, kind, scan)
-    manifest = _manifest(workload, cfg, kind, scan)
+    source = InputSource.scan(cfg.input, kind, cfg.id_field, cfg.encoding)
+    # A first record the workload cannot send (a field a step's template names but it lacks)
+    # is the job's or the input's mistake, not that record's: one line, exit 2, before any
+    # request (otherwise every record fails the same way).
+    if (first := source.first_record()) is not None:
+        workload.check_first(first, cfg.input)
+    manifest = _manifest(workload, cfg, source)
     pool = EndpointPool.from_urls(cfg.endpoints, cfg.stall_after, cfg.sample_interval)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side:
@@ -227,20 +216,13 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                     f"sparkops: sending {job.retried} record(s) that ended in error again",
                     file=sys.stderr,
                 )
-            journal = job.journal
-            served = await record_serving(side, pool, headers, cfg, job, manifest, stack)
-            job.log(
-                lines.RunEvent(
-                    "start",
-                    job.number,
-                    time.time(),
-                    {
-                        "concurrency": cfg.concurrency,
-                        "endpoints": len(pool.endpoints),
-                        "schedule": cfg.policy,
-                    },
-                )
-            )
+            watch = await ServingWatch.start(side, pool, headers, cfg, job, manifest, stack)
+            start = {
+                "concurrency": cfg.concurrency,
+                "endpoints": len(pool.endpoints),
+                "schedule": cfg.policy,
+            }
+            job.log(lines.RunEvent("start", job.number, time.time(), start))
             engine = Engine(
                 EngineConfig(
                     **dict(cfg.engine()),
@@ -249,77 +231,76 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                     strict_model=cfg.strict_serving,
                 ),
                 pool,
-                journal,
+                job.journal,
                 workload,
                 POLICIES[cfg.policy],
                 default_model,
             )
             signals.engine = engine
-            engine.serving = served.epoch
-
-            def other_model(model: str, expected: str) -> None:  # a serving line and a warning
-                served.other_model(job.number, model, expected, job.finished)
-                if not cfg.strict_serving:
-                    view.say(other_model_message(model, expected, False))
-
-            engine.checks.on_other_model = other_model
             t0 = time.monotonic()
-            live = LiveHitRate()
-            view = ProgressView(
-                engine.stats,
-                scan.total,
-                len(journal.done),
-                enabled=cfg.progress,
-                pool=pool,
-                status_interval=cfg.status_interval,
-            )
-            drift = Drift(served, engine, view, job, cfg.strict_serving)
-
-            def on_stall_change(change: Change) -> None:  # job log + progress (batch/stall.py)
-                job.log(stall.run_event(change, job.number, time.time()))
-                view.note(change)
-
-            pool.on_change = on_stall_change
-
-            def sample() -> Awaitable[None]:  # one /metrics sample of every endpoint, then drift
-                return sample_once(side, pool, headers, job, engine.stats, live, drift)
-
-            sampler = asyncio.create_task(sample_loop(sample, cfg.sample_interval, view))
-            watch = asyncio.create_task(_watch_input(cfg.input, scan.stamp, engine))
-            try:
-                with view:
-                    await engine.run(
-                        read_records(cfg.input, kind, cfg.id_field, cfg.encoding, scan.stamp.size)
-                    )
-            finally:
-                for task in (sampler, watch):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-                if engine.stop_reason is None and (change := scan.stamp.change(cfg.input)):
-                    engine.stop_reason = _input_changed(change)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(sample(), FINAL_SAMPLE_S)
-                journal.close()
-                end = lines.RunEvent("end", job.number, time.time())
-                if engine.stop_reason is not None:
-                    end.extra["stopped"] = engine.stop_reason.kind
-                job.log(end)
+            sampler = Sampler(side, pool, headers, job, engine.stats, watch)
+            await _run_engine(cfg, job, engine, source, sampler, watch)
     _raise_for_stop(engine.stop_reason, job.journal)
-    return _summary(cfg, scan.total, engine.stats, time.monotonic() - t0, job)
+    return _summary(cfg, source.total, engine.stats, time.monotonic() - t0, job)
 
 
-def _manifest(workload: Workload, cfg: JobConfig, kind: InputKind, scan: InputScan) -> Manifest:
+async def _run_engine(
+    cfg: JobConfig,
+    job: JobRun,
+    engine: Engine,
+    source: InputSource,
+    sampler: Sampler,
+    watch: ServingWatch,
+) -> None:
+    """The run proper: the engine over the input, with the progress line, the sampler, the
+    input watch and the stall log beside it; the run's end line, however it ends."""
+    view = ProgressView(
+        engine.stats,
+        source.total,
+        len(job.journal.done),
+        enabled=cfg.progress,
+        pool=engine.pool,
+        status_interval=cfg.status_interval,
+    )
+    watch.attach(engine, view)
+
+    def on_stall_change(change: StallChange) -> None:  # job log + progress (batch/stall.py)
+        job.log(stall.run_event(change, job.number, time.time()))
+        view.note(change)
+
+    engine.pool.on_change = on_stall_change
+    sampling = asyncio.create_task(sampler.loop(cfg.sample_interval, view))
+    watching = asyncio.create_task(_watch_input(source, engine))
+    try:
+        with view:
+            await engine.run(source.records())
+    finally:
+        for task in (sampling, watching):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if engine.stop_reason is None and (change := source.changed()):
+            engine.stop_reason = _input_changed(change)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(sampler.once(), FINAL_SAMPLE_S)
+        job.journal.close()
+        end = lines.RunEvent("end", job.number, time.time())
+        if engine.stop_reason is not None:
+            end.extra["stopped"] = engine.stop_reason.kind
+        job.log(end)
+
+
+def _manifest(workload: Workload, cfg: JobConfig, source: InputSource) -> Manifest:
     """What fixes the job folder to this job: the pipeline, the input as scanned, its id field."""
     return Manifest(
         pipeline_fingerprint=workload.fingerprint(),
-        input_fingerprint=scan.fingerprint,
+        input_fingerprint=source.scan_result.fingerprint,
         input=cfg.input.name,
-        kind=kind,
+        kind=source.kind,
         id_field=cfg.id_field,
-        total=scan.total,
-        input_size=scan.stamp.size,
-        input_mtime_ns=scan.stamp.mtime_ns,
+        total=source.total,
+        input_size=source.stamp.size,
+        input_mtime_ns=source.stamp.mtime_ns,
         constraints=workload.constraints,
     )
 
@@ -353,7 +334,9 @@ def _summary(cfg: JobConfig, total: int, st: Stats, elapsed: float, job: JobRun)
         resumed=job.resumed,
         job_done=job.journal.done_ok,
         job_errors=job.journal.done_err,
-        causes=_job_causes(cfg.out / RESULTS).most_common() if job.journal.done_err else [],
+        causes=lines.error_causes(cfg.out / RESULTS, cfg.out / META).most_common()
+        if job.journal.done_err
+        else [],
     )
 
 
@@ -365,38 +348,11 @@ def _input_changed(change: str) -> Stop:
     )
 
 
-async def _watch_input(path: Path, stamp: InputStamp, engine: Engine) -> None:
+async def _watch_input(source: InputSource, engine: Engine) -> None:
     """Stop the job (exit 1, resumable) when its input changes under it: lines appended
     would be records the manifest does not count, a truncated input records that vanish."""
     while True:
         await asyncio.sleep(INPUT_WATCH_S)
-        if (change := stamp.change(path)) is not None:
+        if (change := source.changed()) is not None:
             engine.stop(_input_changed(change))
             return
-
-
-def _check_first_record(
-    workload: Workload, cfg: JobConfig, kind: InputKind, scan: InputScan
-) -> None:
-    """A first record the workload cannot send (a field a step's template names but it
-    lacks) is the job's or the input's mistake, not that record's: one line, exit 2, before
-    any request (otherwise every record fails the same way)."""
-    first = next(
-        (
-            item
-            for item in read_records(cfg.input, kind, cfg.id_field, cfg.encoding, scan.stamp.size)
-            if isinstance(item, Record)
-        ),
-        None,
-    )
-    if first is not None:
-        workload.check_first(first, cfg.input)
-
-
-def _job_causes(path: Path) -> Counter[str]:
-    """Every error line of the job (all runs) by cause: what the summary names."""
-    causes: Counter[str] = Counter()
-    for result in lines.outcomes(path):
-        if result.error is not None:
-            causes[error_cause(result.error)] += 1
-    return causes

@@ -73,6 +73,9 @@ STATUS_INTERVAL_S = 30.0
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Interval = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# Requests in flight when --concurrency is not given; written once (doctor/preflight.py's
+# KV-cache verdict assumes the same unless the inventory names another).
+DEFAULT_CONCURRENCY = 1000
 
 
 class EngineSettings(BaseModel):
@@ -84,7 +87,7 @@ class EngineSettings(BaseModel):
         int,
         Field(ge=1, description="requests in flight"),
         Flag("--concurrency", metavar="N", sweep=False),
-    ] = 1000
+    ] = DEFAULT_CONCURRENCY
     request_timeout: Annotated[
         Seconds,
         Field(description="seconds one request may take before it counts as a timeout (retried)"),

@@ -106,7 +106,7 @@ class Failure:
         else:
             text = self.detail or self.cause
         if self.alone_after:
-            # the old wording, which causes of older results lines are read by (retry.py)
+            # the wording earlier releases wrote (results lines keep it)
             return f"gave up after {self.alone_after} attempts: {text}"
         return text
 

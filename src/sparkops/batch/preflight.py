@@ -15,16 +15,10 @@ from typing import Any
 import aiohttp
 
 from sparkops import openai_http
-from sparkops.batch import checks, serving
+from sparkops.batch import checks
 from sparkops.batch.endpoints import EndpointPool
-from sparkops.batch.options import JobConfig
 from sparkops.batch.workload import Workload
-from sparkops.errors import JobStopped
-from sparkops.jobdir import identity
-from sparkops.jobdir.folder import Manifest
-from sparkops.jobdir.run import JobRun
-from sparkops.pipeline.check import analyse_step, probe_records
-from sparkops.pipeline.prompt import build_messages
+from sparkops.pipeline.check import probe_steps
 from sparkops.privacy import redact
 
 
@@ -59,16 +53,9 @@ async def preflight(
         async with asyncio.timeout(budget):
             text = await openai_http.get_text(side, pool.endpoints[0].metrics_url, headers)
             bs = openai_http.block_size(text) if text else None
-            for step in probe.steps:
-                a, b, fixed = probe_records(step)
-                toks = [
-                    await openai_http.tokenize(
-                        side, base, probe.model, build_messages(step, r), headers
-                    )
-                    for r in (a, b, fixed)
-                ]
-                p = analyse_step(step, toks[0], toks[1], toks[2], block_size=bs or 16)
-                steps[step.name] = {
+            measured = await probe_steps(side, base, probe.model, probe.steps, headers, bs or 16)
+            for p in measured:
+                steps[p.step] = {
                     "shared_tokens": p.shared_tokens,
                     "reusable_tokens": p.reusable_tokens,
                     "tail_tokens": p.tail_tokens,
@@ -88,50 +75,3 @@ async def preflight(
         file=sys.stderr,
     )
     return default_model, {"block_size": bs, "steps": {}, "note": note}
-
-
-async def record_serving(
-    side: aiohttp.ClientSession,
-    pool: EndpointPool,
-    headers: dict[str, str],
-    cfg: JobConfig,
-    job: JobRun,
-    manifest: Manifest,
-    stack: dict[str, Any] | None,
-) -> serving.ServingLog:
-    """The run's start line in serving.jsonl: what serves the job now, against what served
-    it before (a resumed job); --strict-serving refuses a changed setup before any request."""
-    log = serving.ServingLog.load(cfg.out)
-    # the GPU check (a second or two of nvidia-smi samples) runs while the endpoints answer
-    gpu = asyncio.create_task(asyncio.to_thread(serving.gpu_state, cfg.endpoints))
-    try:
-        found: dict[str, identity.Identity | None] = {}
-        problems: dict[str, str] = {}
-        for ep in pool.endpoints:
-            try:
-                found[ep.name] = await serving.probe(side, ep.base, ep.metrics_url, headers)
-            except openai_http.NoAnswer as err:
-                found[ep.name], problems[ep.name] = None, redact(str(err))
-        if cfg.strict_serving and (off := log.off_baseline(found)):
-            base, changes = next(iter(off.items()))
-            raise JobStopped(serving.strict_message(base, changes, during=False))
-        gpu_state = await gpu
-    finally:
-        gpu.cancel()  # stopped or interrupted: no task left pending (a no-op once done)
-    context = serving.job_context(
-        manifest.pipeline_fingerprint, manifest.input_fingerprint, gpu_state, stack
-    )
-    if manifest.constraints is not None:  # which steps ran constrained (compare lists it)
-        context["constraints"] = manifest.constraints
-    # concurrency above the server's --max-num-seqs: said now, kept for the report
-    context["capacity"] = identity.capacity(stack, cfg.concurrency, len(pool.endpoints))
-    if warning := identity.capacity_warning(context["capacity"]):
-        print(f"sparkops: warning: {warning}", file=sys.stderr)
-    for base, changes in log.write_start(
-        job.number, found, problems, context, job.finished
-    ).items():
-        print(
-            f"sparkops: warning: {serving.change_sentence(base, changes, log.epoch)}",
-            file=sys.stderr,
-        )
-    return log

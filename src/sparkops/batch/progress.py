@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.engine import Stats
 from sparkops.batch.options import STATUS_INTERVAL_S
-from sparkops.batch.stall import Change
+from sparkops.batch.stall import StallChange
 from sparkops.privacy import redact
 
 
@@ -161,7 +161,7 @@ class ProgressView:
         self.drift = "serving changed (serving.jsonl)"
         self.update()
 
-    def note(self, change: Change) -> None:
+    def note(self, change: StallChange) -> None:
         """One line above the bar when an endpoint stalls or rejoins (the bar keeps a
         "stalled" field while any is out); with the bar off, the job log has it."""
         if self.lines:
@@ -175,7 +175,7 @@ def stalled_text(names: list[str]) -> str:
     return f"stalled: {', '.join(names)}" if names else ""
 
 
-def change_line(change: Change) -> str:
+def change_line(change: StallChange) -> str:
     """What the terminal says about a stall change (an endpoint URL and seconds only)."""
     if change.kind == "stalled":
         return (

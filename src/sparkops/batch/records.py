@@ -369,3 +369,49 @@ def refuse_bad_input(scan: InputScan, path: Path, kind: InputKind, id_field: str
             f"(first: line {scan.no_id[0]}; a record's fields: {fields}); pass --id-field "
             "NAME with the field that holds each record's id (nothing was sent)"
         )
+
+
+class InputSource:
+    """The job's input, scanned and checked once (`scan`), then read as the run needs it:
+    its records, its first record, and whether it changed under the run.
+
+    Why an owner: the job reads one file several times (the scan, the first record, the
+    run, the change checks) and every read must agree on the kind, the id field, the
+    encoding and the size the scan saw (a line appended later is no record of this job)."""
+
+    def __init__(
+        self, path: Path, kind: InputKind, id_field: str, encoding: str, scan: InputScan
+    ) -> None:
+        self.path = path
+        self.kind = kind
+        self.id_field = id_field
+        self.encoding = encoding
+        self.scan_result = scan
+
+    @classmethod
+    def scan(cls, path: Path, kind: InputKind, id_field: str, encoding: str = UTF8) -> InputSource:
+        """Scan the input and refuse one whose records cannot each be journalled once
+        (UserError, before any request; see `scan_input` and `refuse_bad_input`)."""
+        found = scan_input(path, kind, id_field, encoding)
+        refuse_bad_input(found, path, kind, id_field)
+        return cls(path, kind, id_field, encoding, found)
+
+    @property
+    def total(self) -> int:
+        return self.scan_result.total
+
+    @property
+    def stamp(self) -> InputStamp:
+        return self.scan_result.stamp
+
+    def records(self) -> Iterator[Record | InputProblem]:
+        """Every record (or input problem) of the bytes the scan read, streamed."""
+        return read_records(self.path, self.kind, self.id_field, self.encoding, self.stamp.size)
+
+    def first_record(self) -> Record | None:
+        """The first line that is a record (None when every line is an input problem)."""
+        return next((item for item in self.records() if isinstance(item, Record)), None)
+
+    def changed(self) -> str | None:
+        """How the input differs from what the scan read ("input X grew ..."), or None."""
+        return self.stamp.change(self.path)

@@ -2,7 +2,7 @@
 
 Why not tenacity or backoff: what a library would replace is `backoff_delay`, one line
 (tenacity's wait_random_exponential computes the same uniform draw). The retry loop itself
-(BatchEngine._call) is not a plain "call until it works": a call cancelled because its
+(calls.Caller.send) is not a plain "call until it works": a call cancelled because its
 endpoint stalled is re-sent elsewhere without counting as an attempt, a failure marks the
 endpoint down in the pool, a Retry-After longer than the backoff wins, and when nothing has
 answered by the deadline the job stops instead of failing the record. Expressed through a
@@ -14,7 +14,6 @@ has. Whose fault a failure is, and so whether it may end a record, is batch/outc
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
@@ -63,25 +62,3 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     if seconds != seconds:  # NaN
         return None
     return min(MAX_RETRY_AFTER, max(0.0, seconds))
-
-
-_LINE = re.compile(r"^line \d+: ")
-_GAVE_UP = re.compile(r"^gave up after \d+ attempts: ")
-_HTTP = re.compile(r"^(HTTP \d{3})(.*)$", re.S)
-_NUMBER = re.compile(r"\d+(\.\d+)?")
-
-
-def error_cause(message: str) -> str:
-    """The cause a results line's error message names, with what varies per record taken out.
-
-    For lines that carry no `failure` (written before the engine's failures were typed):
-    the engine itself groups by `Failure.cause` (batch/outcome.py) and never parses a
-    message. `line 12: ...`, attempt counts and token counts must not make one cause look
-    like many. Kept short: it is printed.
-    """
-    text = _LINE.sub("", message.strip())
-    text = _GAVE_UP.sub("", text)
-    http = _HTTP.match(text)
-    if http:
-        return http.group(1) + _NUMBER.sub("N", http.group(2))[:100]
-    return _NUMBER.sub("N", text)[:120]

@@ -31,18 +31,28 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from sparkops import __version__, openai_http
+from sparkops.batch.checks import other_model_message
+from sparkops.batch.endpoints import Endpoint, EndpointPool
+from sparkops.batch.options import JobConfig
+from sparkops.batch.stop_rules import Stop
+from sparkops.errors import JobStopped
 from sparkops.inputs import read_json
 from sparkops.jobdir import identity, lines
 from sparkops.jobdir.durable import append_json
-from sparkops.jobdir.folder import SERVING
-from sparkops.jobdir.identity import Change, Identity
-from sparkops.privacy import is_secret_name
+from sparkops.jobdir.folder import SERVING, Manifest
+from sparkops.jobdir.identity import Identity, IdentityChange
+from sparkops.jobdir.run import JobRun
+from sparkops.privacy import is_secret_name, redact
+
+if TYPE_CHECKING:
+    from sparkops.batch.engine import Engine
+    from sparkops.batch.progress import ProgressView
 
 # One identity probe (three small GETs) is bounded: a slow server is "no answer this time".
 PROBE_TIMEOUT_S = 10.0
@@ -149,7 +159,7 @@ def without_secrets(obj: Any) -> Any:
 
 def _changes(
     known: dict[str, Identity], found: dict[str, Identity | None]
-) -> dict[str, list[Change]]:
+) -> dict[str, list[IdentityChange]]:
     """Per endpoint found and known, what differs (endpoints with no difference left out)."""
     out = {}
     for base, ident in found.items():
@@ -191,11 +201,11 @@ class ServingLog:
                 log.last[base] = ident
         return log
 
-    def start_changes(self, found: dict[str, Identity | None]) -> dict[str, list[Change]]:
+    def start_changes(self, found: dict[str, Identity | None]) -> dict[str, list[IdentityChange]]:
         """Per endpoint, what differs from the last identity the job recorded."""
         return _changes(self.last, found)
 
-    def off_baseline(self, found: dict[str, Identity | None]) -> dict[str, list[Change]]:
+    def off_baseline(self, found: dict[str, Identity | None]) -> dict[str, list[IdentityChange]]:
         """Per endpoint, what differs from what served the job first (--strict-serving)."""
         return _changes(self.baseline, found)
 
@@ -206,7 +216,7 @@ class ServingLog:
         problems: dict[str, str],
         context: dict[str, Any],
         results_from: int,
-    ) -> dict[str, list[Change]]:
+    ) -> dict[str, list[IdentityChange]]:
         """The run's start line; returns the changes since the job's last record."""
         changes = self.start_changes(found)
         if changes:
@@ -225,7 +235,9 @@ class ServingLog:
         append_json(self.path, line.to_json())
         return changes
 
-    def observe(self, run: int, base: str, ident: Identity, results_from: int) -> list[Change]:
+    def observe(
+        self, run: int, base: str, ident: Identity, results_from: int
+    ) -> list[IdentityChange]:
         """A fresh identity of one endpoint: a change line (and a new epoch) when it differs."""
         before = self.last.get(base)
         if before is None:  # unreachable at start, first seen now: its baseline, not drift
@@ -249,7 +261,7 @@ class ServingLog:
         append_json(self.path, line.to_json())
 
     def _write_change(
-        self, run: int, base: str, ident: Identity, results_from: int, changes: list[Change]
+        self, run: int, base: str, ident: Identity, results_from: int, changes: list[IdentityChange]
     ) -> None:
         """One change line: the endpoint's identity now, in the current epoch (no changes:
         an endpoint first seen mid-job)."""
@@ -275,7 +287,7 @@ def job_context(
     }
 
 
-def change_sentence(base: str, changes: list[Change], epoch: int) -> str:
+def change_sentence(base: str, changes: list[IdentityChange], epoch: int) -> str:
     """What the progress line and the job's stderr say when an endpoint changed."""
     return (
         f"endpoint {base} changed what it serves: {identity.describe(changes)}; "
@@ -283,7 +295,7 @@ def change_sentence(base: str, changes: list[Change], epoch: int) -> str:
     )
 
 
-def strict_message(base: str, changes: list[Change], during: bool) -> str:
+def strict_message(base: str, changes: list[IdentityChange], during: bool) -> str:
     """--strict-serving's one line (JobStopped, exit 1, resumable)."""
     when = "during the job" if during else "since the job started"
     return (
@@ -292,3 +304,104 @@ def strict_message(base: str, changes: list[Change], during: bool) -> str:
         "it started with and run the same command to resume, or run without --strict-serving "
         "to accept the change (the boundary is recorded in serving.jsonl)"
     )
+
+
+class ServingWatch:
+    """What serves the job, for one run: the run's start line (what serves it now, against
+    what served it before), each endpoint's identity re-checked on every /metrics sample
+    (drift: a change line, a new epoch on the engine, --strict-serving's stop), and answers
+    that came from another model. The serving record's one owner in the client."""
+
+    def __init__(self, log: ServingLog, job: JobRun, strict: bool) -> None:
+        self.log = log
+        self.job = job
+        self.strict = strict
+        self._engine: Engine | None = None
+        self._view: ProgressView | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        side: aiohttp.ClientSession,
+        pool: EndpointPool,
+        headers: dict[str, str],
+        cfg: JobConfig,
+        job: JobRun,
+        manifest: Manifest,
+        stack: dict[str, Any] | None,
+    ) -> ServingWatch:
+        """The run's start line in serving.jsonl: what serves the job now, against what served
+        it before (a resumed job); --strict-serving refuses a changed setup before any request."""
+        log = ServingLog.load(job.directory)
+        # the GPU check (a second or two of nvidia-smi samples) runs while the endpoints answer
+        gpu = asyncio.create_task(asyncio.to_thread(gpu_state, cfg.endpoints))
+        try:
+            found: dict[str, identity.Identity | None] = {}
+            problems: dict[str, str] = {}
+            for ep in pool.endpoints:
+                try:
+                    found[ep.name] = await probe(side, ep.base, ep.metrics_url, headers)
+                except openai_http.NoAnswer as err:
+                    found[ep.name], problems[ep.name] = None, redact(str(err))
+            if cfg.strict_serving and (off := log.off_baseline(found)):
+                base, changes = next(iter(off.items()))
+                raise JobStopped(strict_message(base, changes, during=False))
+            gpu_found = await gpu
+        finally:
+            gpu.cancel()  # stopped or interrupted: no task left pending (a no-op once done)
+        context = job_context(
+            manifest.pipeline_fingerprint, manifest.input_fingerprint, gpu_found, stack
+        )
+        if manifest.constraints is not None:  # which steps ran constrained (compare lists it)
+            context["constraints"] = manifest.constraints
+        # concurrency above the server's --max-num-seqs: said now, kept for the report
+        context["capacity"] = identity.capacity(stack, cfg.concurrency, len(pool.endpoints))
+        if warning := identity.capacity_warning(context["capacity"]):
+            print(f"sparkops: warning: {warning}", file=sys.stderr)
+        for base, changes in log.write_start(
+            job.number, found, problems, context, job.finished
+        ).items():
+            print(
+                f"sparkops: warning: {change_sentence(base, changes, log.epoch)}",
+                file=sys.stderr,
+            )
+        return cls(log, job, cfg.strict_serving)
+
+    @property
+    def epoch(self) -> int:
+        return self.log.epoch
+
+    def attach(self, engine: Engine, view: ProgressView) -> None:
+        """The running engine (the epoch its records carry, its stop) and the progress line."""
+        self._engine, self._view = engine, view
+        engine.serving = self.log.epoch
+        engine.checks.on_other_model = self.other_model
+
+    async def check(
+        self,
+        side: aiohttp.ClientSession,
+        ep: Endpoint,
+        headers: dict[str, str],
+        metrics_text: str | None,
+    ) -> None:
+        """Re-check one endpoint's identity (after its /metrics sample)."""
+        try:
+            ident = await probe(side, ep.base, ep.metrics_url, headers, metrics_text)
+        except openai_http.NoAnswer:
+            return  # down or slow this time: the next sample (or its recovery) checks again
+        changes = self.log.observe(self.job.number, ep.name, ident, self.job.finished)
+        if not changes or self._engine is None:
+            return
+        self._engine.serving = self.log.epoch
+        if self._view is not None:
+            self._view.say(change_sentence(ep.name, changes, self.log.epoch))
+        if self.strict:
+            self._engine.stop(
+                Stop("serving-changed", strict_message(ep.name, changes, during=True))
+            )
+
+    def other_model(self, model: str, expected: str) -> None:
+        """An answer came from `model`, not `expected`: a serving line, and a warning."""
+        self.log.other_model(self.job.number, model, expected, self.job.finished)
+        if not self.strict and self._view is not None:
+            self._view.say(other_model_message(model, expected, False))

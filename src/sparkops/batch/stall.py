@@ -32,7 +32,7 @@ The rules
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from sparkops.batch.options import SAMPLE_INTERVAL_S
@@ -45,7 +45,7 @@ PROBE_BACKOFF_MAX = 8
 
 
 @dataclass(frozen=True)
-class Change:
+class StallChange:
     """A change in an endpoint's standing, for the caller to act on and to log.
 
     kind: "stalled" (stop sending; cancel and re-route its `in_flight` calls), "probe-failed"
@@ -158,10 +158,10 @@ class StallWatch:
     def all_stalled(self) -> bool:
         return bool(self.watches) and all(w.stalled for w in self.watches)
 
-    def check(self, t: float) -> list[Change]:
+    def check(self, t: float) -> list[StallChange]:
         """Changes since the last check, in endpoint order (call it every second or so)."""
         limit = self.threshold
-        changes: list[Change] = []
+        changes: list[StallChange] = []
         for w in self.watches:
             if w.stalled_since is None:
                 quiet = t - w.last_progress
@@ -171,9 +171,11 @@ class StallWatch:
                     w.probe_started = None
                     w.failed_probes = 0
                     self.n_stalled += 1
-                    changes.append(Change(w.name, "stalled", t, quiet, w.in_flight))
+                    changes.append(StallChange(w.name, "stalled", t, quiet, w.in_flight))
             elif w._rejoin:
-                changes.append(Change(w.name, "rejoined", t, t - w.stalled_since, how=w._rejoin))
+                changes.append(
+                    StallChange(w.name, "rejoined", t, t - w.stalled_since, how=w._rejoin)
+                )
                 w.stalled_since = None
                 w.probe_started = None
                 w._rejoin = ""
@@ -182,7 +184,9 @@ class StallWatch:
             elif w.probe_started is not None and t - w.probe_started >= limit:
                 w.failed_probes += 1
                 w.probe_at = t + limit * min(2**w.failed_probes, PROBE_BACKOFF_MAX)
-                changes.append(Change(w.name, "probe-failed", t, t - w.probe_started, w.in_flight))
+                changes.append(
+                    StallChange(w.name, "probe-failed", t, t - w.probe_started, w.in_flight)
+                )
                 w.probe_started = None
         return changes
 
@@ -192,12 +196,12 @@ def default_stall_after(sample_interval: float, slowest_answer: float) -> float:
     return max(FLOOR_S, SAMPLES * sample_interval, SLOWEST_FACTOR * slowest_answer)
 
 
-def log_event(change: Change, run: int, wall: float) -> dict[str, Any]:
+def log_event(change: StallChange, run: int, wall: float) -> dict[str, Any]:
     """The runs.jsonl line for a change, as JSON."""
     return run_event(change, run, wall).to_json()
 
 
-def run_event(change: Change, run: int, wall: float) -> RunEvent:
+def run_event(change: StallChange, run: int, wall: float) -> RunEvent:
     """The runs.jsonl event for a change (the job log; the report reads it back)."""
     extra: dict[str, Any] = {"endpoint": change.endpoint}
     if change.kind == "rejoined":
@@ -205,49 +209,3 @@ def run_event(change: Change, run: int, wall: float) -> RunEvent:
     else:
         extra.update(quiet_s=round(change.quiet_s, 1), in_flight=change.in_flight)
     return RunEvent(change.kind, run, wall, extra)
-
-
-@dataclass(slots=True)
-class StallRow:
-    """One stall of one endpoint in one run, for the report (report.json's
-    `stalled_endpoints`): how long it was quiet, how many calls were re-routed, and after how
-    long it rejoined (None: it did not before the run ended)."""
-
-    endpoint: str | None
-    run: int
-    quiet_s: float | None
-    rerouted: int
-    rejoined_after_s: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def summarise(events: list[RunEvent]) -> list[StallRow]:
-    """Per endpoint and run, from runs.jsonl "stalled"/"rejoined" events: when it stalled,
-    how many calls were re-routed, and whether (after how long) it rejoined. For the report."""
-    out: list[StallRow] = []
-    open_: dict[tuple[int, str | None], StallRow] = {}
-    for e in events:
-        key = (e.run, e.endpoint)
-        if e.event == "stalled":
-            row = StallRow(e.endpoint, e.run, e.quiet_s, e.in_flight)
-            out.append(row)
-            open_[key] = row
-        elif e.event == "rejoined" and key in open_:
-            open_.pop(key).rejoined_after_s = e.out_s
-    return out
-
-
-def sentence(row: StallRow) -> str:
-    """One report line for a stall (endpoint URLs only: no record ever appears here)."""
-    text = (
-        f"Endpoint {row.endpoint} stalled in run {row.run}: nothing advanced for "
-        f"{row.quiet_s:,.0f} s while calls were in flight; its {row.rerouted} in-flight "
-        "call(s) were sent to other endpoints"
-        if row.quiet_s is not None
-        else f"Endpoint {row.endpoint} stalled in run {row.run}"
-    )
-    if row.rejoined_after_s is not None:
-        return text + f"; it advanced again and rejoined after {row.rejoined_after_s:,.0f} s."
-    return text + "; it did not rejoin before the run ended."

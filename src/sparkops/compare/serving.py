@@ -16,7 +16,7 @@ from typing import Any
 
 from sparkops.jobdir import lines
 from sparkops.jobdir.folder import SERVING
-from sparkops.jobdir.identity import Change, diff
+from sparkops.jobdir.identity import IdentityChange, diff
 
 # GPU fields that describe the hardware and its software, not the moment (clocks, pstate).
 GPU_FIELDS = ("name", "driver_version", "cuda_version", "clock_max_mhz", "power_limit_w")
@@ -72,7 +72,7 @@ def flatten(start: lines.ServingStart) -> dict[str, str]:
     return out
 
 
-def setup_diff(a: Setup, b: Setup) -> list[Change]:
+def setup_diff(a: Setup, b: Setup) -> list[IdentityChange]:
     return diff(a.fields, b.fields)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from sparkops.batch.options import DEFAULT_CONCURRENCY
 from sparkops.doctor import checks
 from sparkops.doctor.checks import Check
 
@@ -34,7 +35,7 @@ class Settings(BaseModel):
     vllm_url: str = "http://127.0.0.1:8000"
     vllm_container: str = ""
     hash_algo: str = "xxhash"
-    concurrency: int = 1000
+    concurrency: int = DEFAULT_CONCURRENCY  # the batch client's (batch/options.py)
     tokens_per_request: int = 300
     max_kv_usage: float = 0.70
     output_dir: str = "/var/lib/sparkops"

@@ -35,7 +35,7 @@ _ORDER = ("model", "max_model_len", "version", "root")
 
 
 @dataclass(frozen=True)
-class Change:
+class IdentityChange:
     """One field of an endpoint's identity that differs between two records."""
 
     field: str
@@ -99,18 +99,18 @@ def build_identity(
     return ident
 
 
-def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
+def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[IdentityChange]:
     """Every field that differs (absent fields count), the important ones first."""
     keys = set(before) | set(after)
     changes = [
-        Change(k, _opt(before.get(k)), _opt(after.get(k)))
+        IdentityChange(k, _opt(before.get(k)), _opt(after.get(k)))
         for k in keys
         if _opt(before.get(k)) != _opt(after.get(k))
     ]
     return sorted(changes, key=_rank)
 
 
-def describe(changes: Iterable[Change], limit: int = 4) -> str:
+def describe(changes: Iterable[IdentityChange], limit: int = 4) -> str:
     """One short phrase for a progress line or an error: "model a -> b, version x -> y"."""
     items = list(changes)
     text = ", ".join(c.text() for c in items[:limit])
@@ -119,7 +119,7 @@ def describe(changes: Iterable[Change], limit: int = 4) -> str:
     return text
 
 
-def _rank(change: Change) -> tuple[int, str]:
+def _rank(change: IdentityChange) -> tuple[int, str]:
     field = change.field
     return (_ORDER.index(field) if field in _ORDER else len(_ORDER), field)
 

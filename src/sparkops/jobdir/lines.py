@@ -23,13 +23,14 @@ Keys: a record is keyed by its id (a string); an input line without a readable i
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from sparkops.jobdir.durable import iter_json_lines
-from sparkops.jobdir.identity import Change, Identity
+from sparkops.jobdir.identity import Identity, IdentityChange
 from sparkops.metrics.timeline import TimelineSample as TimelineSample  # the sampler's writer
 
 
@@ -95,6 +96,9 @@ class Outcome:
     error: str | None  # the recorded error message (None for a success)
     error_kind: str | None  # RECORD_ERROR, another kind, or None (a success, an older line)
     final: str | None  # a pipeline's decision (None for OpenAI lines and errors)
+    # the failure's cause (`failure.cause`) an error line carries; None for a success, an
+    # OpenAI line (its cause is in the meta line) and a line from before failures were typed
+    cause: str | None = None
 
     @property
     def record_error(self) -> bool:
@@ -115,6 +119,7 @@ def outcome(obj: dict[str, Any]) -> Outcome:
             None if ok else str(obj.get("error") or "error"),
             None if ok or not isinstance(kind, str) else kind,
             str(obj["final"]) if ok and obj.get("final") is not None else None,
+            None if ok else _cause(obj.get("failure")),
         )
     rid = obj.get("custom_id")
     if rid is not None:
@@ -124,6 +129,27 @@ def outcome(obj: dict[str, Any]) -> Outcome:
         key = LineKey(_int(error.get("line")) if isinstance(error, dict) else 0)
     ok = _openai_ok(obj)
     return Outcome(key, ok, None if ok else _openai_error(obj), None, None)
+
+
+def _cause(failure: Any) -> str | None:
+    cause = failure.get("cause") if isinstance(failure, dict) else None
+    return cause if isinstance(cause, str) else None
+
+
+def error_causes(results: Path, meta: Path) -> Counter[str]:
+    """Every error line of a job (all runs) by its failure's cause, as the engine typed it
+    (`failure.cause`: numbers masked, so one cause is not many): a pipeline line carries it,
+    an OpenAI line's meta line does. A line without one (written before failures were
+    typed, or whose meta line a kill lost) counts under its error message as written."""
+    meta_causes: dict[Key, str] = {}
+    for obj in iter_json_lines(meta):
+        if (cause := _cause(obj.get("failure"))) is not None:
+            meta_causes[record_key(obj.get("custom_id"), _int(obj.get("line")))] = cause
+    causes: Counter[str] = Counter()
+    for result in outcomes(results):
+        if result.error is not None:
+            causes[result.cause or meta_causes.get(result.key) or result.error] += 1
+    return causes
 
 
 def succeeded(obj: dict[str, Any]) -> bool:
@@ -364,12 +390,12 @@ class ServingLine:
         )
 
 
-def _changes_of(items: Any) -> list[Change]:
+def _changes_of(items: Any) -> list[IdentityChange]:
     """The changes a line lists (an item that is not an object is skipped)."""
     if not isinstance(items, list):
         return []
     return [
-        Change(str(c.get("field")), c.get("before"), c.get("after"))
+        IdentityChange(str(c.get("field")), c.get("before"), c.get("after"))
         for c in items
         if isinstance(c, dict)
     ]
@@ -383,7 +409,7 @@ class ServingStart(ServingLine):
 
     context: dict[str, Any]
     endpoints: dict[str, dict[str, Any]]
-    changes: dict[str, list[Change]] = field(default_factory=dict)
+    changes: dict[str, list[IdentityChange]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         obj = {**self._head("start"), **self.context, "endpoints": self.endpoints}
@@ -440,7 +466,7 @@ class ServingChange(ServingLine):
 
     endpoint: str
     identity: Identity | None
-    changes: list[Change] = field(default_factory=list)
+    changes: list[IdentityChange] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -49,12 +49,15 @@ def output_line(
     body: Any,
     error: str | None,
     request_id: Any = None,
+    kind: str | None = None,
 ) -> dict[str, Any]:
     """One OpenAI batch output line (pure; see the module docstring for the rules).
 
     `status` is the HTTP status of the last answer, 0 when there was none; `error` the kit's
-    message for a failed request (None on success). A 2xx whose body is not a JSON object is
-    no answer to show (so the line never reads as a success `is_success` refused).
+    message for a failed request (None on success), `kind` its failure's kind as results
+    lines write it (`Failure.kind.value`), which names the error code. A 2xx whose body is
+    not a JSON object is no answer to show (so the line never reads as a success
+    `is_success` refused).
     """
     if error is None and 200 <= status < 300 and not isinstance(body, dict):
         error = f"HTTP {status} answer that is not a JSON object"
@@ -70,7 +73,7 @@ def output_line(
         "id": f"batch_req_{uuid.uuid4().hex}",
         "custom_id": custom_id,
         "response": response,
-        "error": None if answered else _error_object(status, error, line),
+        "error": None if answered else _error_object(status, error, line, kind),
     }
 
 
@@ -86,18 +89,22 @@ def _error_body(status: int, message: str | None) -> dict[str, Any]:
     }
 
 
-def _error_object(status: int, message: str | None, line: int) -> dict[str, Any]:
+# The `BatchError` code of a failure without an HTTP answer, by the failure's kind (the
+# values of batch/outcome.Kind that can end a record without one). A call that hung while
+# its endpoint answered others (stalled_alone) keeps the code earlier releases wrote.
+ERROR_CODES = {
+    "timeout": "timeout",
+    "transport": "connection_error",
+    "record": "invalid_request",  # the line could not become a request
+    "stalled_alone": "invalid_request",
+}
+
+
+def _error_object(status: int, message: str | None, line: int, kind: str | None) -> dict[str, Any]:
     """OpenAI's `BatchError` for a failure without an HTTP answer."""
-    text = message or "request failed"
-    if status:
-        code = "invalid_response"  # a 2xx that was not a usable answer
-    elif "timed out" in text:
-        code = "timeout"
-    elif "connection error" in text:
-        code = "connection_error"
-    else:
-        code = "invalid_request"  # the line could not become a request
-    return {"code": code, "message": text, "line": line}
+    # a 2xx that was not a usable answer, else by kind
+    code = "invalid_response" if status else ERROR_CODES.get(kind or "", "invalid_request")
+    return {"code": code, "message": message or "request failed", "line": line}
 
 
 def meta_line(

@@ -1,9 +1,10 @@
 """Prefix-reuse lint for a pipeline: how much of each step's prompt the cache can reuse.
 
-Pure: the caller tokenizes (through the server's /tokenize, so the real chat template and
-tokenizer are used) and passes token lists in. Reuse stops at the first token that differs,
-and vLLM reuses whole blocks only, so per step we report the shared prefix, the whole-block
-part of it, and the tail recomputed on every call.
+Pure but for `probe_steps`, the one prefix probe (`sparkops pipeline check` and a batch
+job's preflight both call it): it tokenizes through the server's /tokenize, so the real chat
+template and tokenizer are used, and passes the token lists to `analyse_step`. Reuse stops
+at the first token that differs, and vLLM reuses whole blocks only, so per step we report the
+shared prefix, the whole-block part of it, and the tail recomputed on every call.
 
 `structure()` needs no server: it reads only the validated pipeline (characters, not tokens),
 so a pipeline can be checked on a controller before any server is up.
@@ -14,6 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import aiohttp
+
+from sparkops import openai_http
+from sparkops.pipeline.prompt import build_messages
 from sparkops.pipeline.spec import StepSpec
 
 # Two probe records that differ from their first character, so the shared prefix of their
@@ -147,6 +152,27 @@ def analyse_step(
         block_size=block_size,
         literal_after_record_chars=literal_after_first_field(step.user),
     )
+
+
+async def probe_steps(
+    session: aiohttp.ClientSession,
+    base: str,
+    model: str,
+    steps: Sequence[StepSpec],
+    headers: dict[str, str],
+    block_size: int,
+) -> list[StepPrefix]:
+    """Each step's shared prefix, measured on the server at `base`: its three probe records
+    (`probe_records`) tokenized with the server's own template, then `analyse_step`.
+    Raises what openai_http.tokenize raises (the callers decide: refuse, or warn)."""
+    out = []
+    for step in steps:
+        toks = [
+            await openai_http.tokenize(session, base, model, build_messages(step, r), headers)
+            for r in probe_records(step)
+        ]
+        out.append(analyse_step(step, toks[0], toks[1], toks[2], block_size=block_size))
+    return out
 
 
 def ceiling(calls: Sequence[tuple[int, int]]) -> float | None:

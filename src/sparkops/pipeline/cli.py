@@ -24,8 +24,7 @@ import aiohttp
 from sparkops import openai_http
 from sparkops.errors import UserError
 from sparkops.openai_http import normalise_base
-from sparkops.pipeline.check import analyse_step, probe_records, structure
-from sparkops.pipeline.prompt import build_messages
+from sparkops.pipeline.check import probe_steps, structure
 from sparkops.pipeline.spec import load_pipeline
 
 
@@ -71,7 +70,6 @@ async def check_pipeline(
                 raise UserError(
                     f"{base}/metrics has no vllm:cache_config_info block_size; pass --block-size N"
                 )
-        steps = []
         try:
             served = await openai_http.served_models(session, base, {})
             if spec.model not in served:
@@ -79,14 +77,7 @@ async def check_pipeline(
                     f"model {spec.model!r} is not served at {base} (serving {served}); "
                     "fix 'model:' in the pipeline"
                 )
-            for step in spec.steps:
-                toks = [
-                    await openai_http.tokenize(
-                        session, base, spec.model, build_messages(step, r), {}
-                    )
-                    for r in probe_records(step)
-                ]
-                steps.append(analyse_step(step, toks[0], toks[1], toks[2], block_size=block_size))
+            steps = await probe_steps(session, base, spec.model, spec.steps, {}, block_size)
         except (aiohttp.ClientError, OSError) as err:
             raise UserError(
                 f"cannot reach {base}/tokenize ({type(err).__name__}); start the server"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, TypedDict, cast
 
 from pydantic import BaseModel
 
@@ -46,6 +46,54 @@ ROUTER_IMAGE = "sparkops/litellm:local"
 SERVING_GROUP = "sparks"
 
 
+class VllmService(TypedDict):
+    """The vLLM container of one host, as the compose template renders it."""
+
+    image: str
+    command: list[str]
+    env: dict[str, str]
+    network_host: bool
+    ports: list[str]
+    gpus: bool
+    hf_cache: str
+    model_dir: str
+    extra_volumes: list[str]
+    memlock: int | None
+    health_url: str
+    start_period: int
+    rdma: bool
+
+
+class RouterBackend(TypedDict):
+    host: str
+    api_base: str
+
+
+class RouterService(TypedDict):
+    """The LiteLLM router of a data-parallel stack (on its first host)."""
+
+    settings: RouterVars
+    model_name: str
+    served_model_name: str
+    backends: list[RouterBackend]
+    api_key: bool
+    master_key: str
+    env: dict[str, str]
+
+
+class RayService(TypedDict):
+    """One host's part of a pipeline-parallel stack (Ray, or vLLM's native multi-node)."""
+
+    backend: Literal["ray", "mp"]
+    role: str
+    settings: RayVars
+    head_address: str
+    head_port: int
+    address: str
+    nodes: int
+    wait_timeout: int
+
+
 @dataclass
 class HostStack:
     """Everything the templates need for one host."""
@@ -54,10 +102,10 @@ class HostStack:
     role: str  # single | replica | head | worker
     serving: ServingVars
     profile: Profile
-    vllm: dict[str, Any]
+    vllm: VllmService  # filled in by the topology's planner (plan_stack)
     secrets: dict[str, str]
-    router: dict[str, Any] | None = None
-    ray: dict[str, Any] | None = None
+    router: RouterService | None = None
+    ray: RayService | None = None
     files: list[str] = field(default_factory=list)
     stages: int = 1  # pipeline stages of the whole stack (plan_stack decided them)
 
@@ -129,7 +177,7 @@ def _vllm_service(
     parallel: list[str] | None = None,
     network_host: bool = False,
     env: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> VllmService:
     model = serving.model_dir or profile.model
     listen = serving.bind_address if network_host else "0.0.0.0"
     command = serve_command(
@@ -264,7 +312,8 @@ def plan_stack(
         )
         check_profile(profile, facts)
         serving = serving.model_copy(update={"base_image": effective_base(serving, profile)})
-        stacks[host] = HostStack(host, "single", serving, profile, {}, sec, stages=stages)
+        unplanned = cast(VllmService, {})  # each topology's planner below sets it
+        stacks[host] = HostStack(host, "single", serving, profile, unplanned, sec, stages=stages)
     if topology == "single":
         only = stacks[hosts[0]]
         only.vllm = _vllm_service(profile, only.serving, stages=stages)
@@ -294,7 +343,7 @@ def _plan_data_parallel(
             "the LiteLLM router needs a master key: `sparkops render` generates one into "
             "router.env (keep it), or set LITELLM_MASTER_KEY"
         )
-    backends = []
+    backends: list[RouterBackend] = []
     for host in hosts:
         serving = stacks[host].serving
         address = _reachable_address(host, inv.hostvars[host], serving)

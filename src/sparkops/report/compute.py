@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch import stall
 from sparkops.jobdir import lines
 from sparkops.jobdir.durable import read_json_file
 from sparkops.jobdir.folder import META, RESULTS, RUNS, SERVING, TIMELINE, Manifest, load_manifest
@@ -32,6 +31,7 @@ from sparkops.metrics.timeline import (
 )
 from sparkops.pipeline.check import ceiling
 from sparkops.report import serving as report_serving
+from sparkops.report import stalls
 from sparkops.report.steps import (
     ABOVE_POINTS,
     StepTotals,
@@ -214,7 +214,7 @@ def compute_report(data: JobData) -> dict[str, Any]:
         "schedule": "+".join(dict.fromkeys(data.schedules)) or None,
         "wall_s": _r(span),
         "finals": dict(data.finals),
-        "stalled_endpoints": [row.as_dict() for row in stall.summarise(data.stall_events)],
+        "stalled_endpoints": [row.as_dict() for row in stalls.summarise(data.stall_events)],
         "serving": report_serving.summarise(data.serving_lines, data.serving_epochs, data.samples),
     }
 

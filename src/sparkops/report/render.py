@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sparkops.batch import stall
 from sparkops.files import write_atomic, write_figure
 from sparkops.metrics.timeline import completion_rate_series, hit_rate_series, short_window_note
 from sparkops.report import serving as report_serving
+from sparkops.report import stalls
 from sparkops.report.compute import JobData, compute_report, load_dir
 
 ROWS = [
@@ -75,7 +75,7 @@ def _notes(report: dict[str, Any]) -> list[str]:
     if report.get("prefix_cache_hit_rate_note"):
         notes.append(report["prefix_cache_hit_rate_note"])
     notes += [
-        stall.sentence(stall.StallRow(**row)) for row in report.get("stalled_endpoints") or []
+        stalls.sentence(stalls.StallRow(**row)) for row in report.get("stalled_endpoints") or []
     ]
     if changes := (report.get("serving") or {}).get("changes"):
         notes.append(

@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sparkops.jobdir.identity import Change, describe
+from sparkops.jobdir.identity import IdentityChange, describe
 from sparkops.jobdir.lines import ServingChange, ServingLine, ServingRecord, ServingStart
 from sparkops.metrics.timeline import TimelineSample
 
@@ -112,7 +112,7 @@ def capacity_text(cap: Mapping[str, Any] | None) -> str | None:
 def _change(
     line: ServingLine,
     base: str,
-    items: list[Change],
+    items: list[IdentityChange],
     epochs: Mapping[Any, int],
     between_runs: bool = False,
 ) -> dict[str, Any]:
@@ -135,7 +135,8 @@ def _change(
 def change_text(change: Mapping[str, Any]) -> str:
     """One sentence for a change (report.md, `sparkops compare`)."""
     items = [
-        Change(str(c.get("field")), c.get("before"), c.get("after")) for c in change["changes"]
+        IdentityChange(str(c.get("field")), c.get("before"), c.get("after"))
+        for c in change["changes"]
     ]
     when = (
         f"between runs (run {change.get('run')} found it changed)"
