@@ -42,7 +42,7 @@ class Connection(DockerApiConnection):
 
     def exec_command(self, cmd, in_data=None, sudoable=False):  # type: ignore[no-untyped-def]
         result = super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
-        if _MKDTEMP_MARK not in cmd or _EXCLUSIVE_MKDIR not in cmd:
+        if not isinstance(cmd, str) or _MKDTEMP_MARK not in cmd or _EXCLUSIVE_MKDIR not in cmd:
             return result
         again = cmd.replace(_EXCLUSIVE_MKDIR, '&& mkdir -p "', 1)
         for attempt in range(1, RETRIES + 1):
