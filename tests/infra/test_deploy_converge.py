@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -39,7 +40,7 @@ from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
 from sparkops.render import envfile
 from tests.plugins.hosts import run_docker
-from tests.plugins.playbook import PlaybookRun, run_playbook
+from tests.plugins.playbook import PlaybookRun, run_playbook, start_playbook
 from tests.plugins.vllm_server import mounted_venv_vars
 
 pytestmark = pytest.mark.infra
@@ -181,12 +182,109 @@ def test_deploy_converges_and_a_second_run_changes_nothing(local_inventory):
     # Nothing was recreated: the same container still serves.
     again = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm")
     assert again.stdout.strip() == container_id
+    _a_model_folder_without_weights_is_refused_with_the_stack_untouched(
+        inventory, stack, container_id
+    )
+    _a_deploy_killed_after_writing_the_files_is_finished_by_the_next(inventory, stack, port)
     print(
         f"\ndeploy local: first converge {first_s:.0f} s (changed={first_changed}); "
         f"/health answered <= {ready_s:.0f} s and Docker's health check read healthy "
         f"{healthy_s:.0f} s after the container started; second converge {second_s:.0f} s "
         f"(changed={second_changed})"
     )
+
+
+def _serving_vars(inventory: Path) -> Path:
+    return inventory / "group_vars" / "all" / "serving.yml"
+
+
+def _started_at(container_id: str) -> str:
+    return run_docker("inspect", "--format", "{{.State.StartedAt}}", container_id).stdout.strip()
+
+
+def _a_model_folder_without_weights_is_refused_with_the_stack_untouched(
+    inventory: Path, stack: Path, container_id: str
+) -> None:
+    """Issue 34 item 3: a folder with config.json and the tokenizer but no weights (a copy
+    that carried only the small files) once passed the check, and the deploy replaced the
+    healthy stack with one that crash-looped. It is refused before any change."""
+    weightless = inventory.parent / "weightless"
+    shutil.copytree(ensure_tiny_model(), weightless, ignore=shutil.ignore_patterns("*.safetensors"))
+    original = _serving_vars(inventory).read_text()
+    compose_before = (stack / "compose.yml").read_bytes()
+    started = _started_at(container_id)
+    serving = yaml.safe_load(original)
+    serving["vllm_serving_model_dir"] = str(weightless)
+    _serving_vars(inventory).write_text(yaml.safe_dump(serving))
+    try:
+        run, changed = run_deploy(inventory)
+    finally:
+        _serving_vars(inventory).write_text(original)
+    assert run.rc != 0 and changed == 0, run.stdout[-4000:]
+    assert (
+        f"The model folder {weightless} on localhost cannot be served: it has no weights"
+        in run.text
+    ), run.stdout[-4000:]
+    assert "the running stack keeps serving" in run.text and "cp -rL" in run.text
+    assert "Traceback" not in run.output
+    # The host holds what it held: the same compose file, the same container, not restarted.
+    assert (stack / "compose.yml").read_bytes() == compose_before
+    ps = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm")
+    assert ps.stdout.strip() == container_id and _started_at(container_id) == started
+
+
+def _a_deploy_killed_after_writing_the_files_is_finished_by_the_next(
+    inventory: Path, stack: Path, port: int
+) -> None:
+    """Issue 34 item 2: a deploy killed right after it wrote the compose project (a dropped
+    ssh session) leaves the files new and the container old; the next deploy writes nothing,
+    and must still leave the running container matching what it rendered."""
+    original = _serving_vars(inventory).read_text()
+    serving = yaml.safe_load(original)
+    serving["vllm_serving_extra_env"] = {
+        **(serving.get("vllm_serving_extra_env") or {}),
+        "SPARKOPS_TEST_GENERATION": "2",
+    }
+    _serving_vars(inventory).write_text(yaml.safe_dump(serving))
+    old_id = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm").stdout
+    # Shown once every rendered file is written (the task before has no notice of its own).
+    marker = "TASK [vllm_serving : Create the folder of the stack record's readable copy]"
+    lines: list[str] = []
+    with start_playbook(
+        "deploy.yml", inventory, "-e", "ansible_become=false", inherit_env=False,
+        cwd=REPO / "ansible", new_session=True,
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if marker in line:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+        proc.wait(timeout=300)
+    assert marker in "".join(lines), "".join(lines)[-4000:]
+    compose = yaml.safe_load((stack / "compose.yml").read_text())
+    assert compose["services"]["vllm"]["environment"]["SPARKOPS_TEST_GENERATION"] == "2"
+    # The state the kill left: the file is new, the container the old one.
+    ps = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm")
+    assert ps.stdout == old_id
+
+    run, _ = run_deploy(inventory)
+    assert run.rc == 0, run.stdout[-5000:]
+    assert "Restart the serving stack because it does not run what was rendered" in run.output
+    assert "an earlier deploy stopped before restarting it" in run.text
+    new_id = run_docker("compose", "--project-directory", str(stack), "ps", "-q", "vllm").stdout
+    environ = json.loads(
+        run_docker("inspect", "--format", "{{json .Config.Env}}", new_id.strip()).stdout
+    )
+    assert "SPARKOPS_TEST_GENERATION=2" in environ and f"VLLM_API_KEY={API_KEY}" in environ
+    # compose itself finds nothing left to do: the container runs the rendered project.
+    dry = run_docker("compose", "--project-directory", str(stack), "up", "--dry-run", "-d")
+    actions = (dry.stdout + dry.stderr).strip().splitlines()
+    assert actions and all(line.rstrip().endswith(("Running", "Healthy")) for line in actions), (
+        dry.stdout + dry.stderr
+    )
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as resp:
+        assert resp.status == 200
 
 
 def _preflight_right_after_the_deploy_authenticates_and_accepts_a_starting_container(

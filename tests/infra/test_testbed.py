@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.plugins.hosts import READY_STATES, Host, image_ref, inventory, run_docker
+from tests.plugins.playbook import CONNECTIONS
 
 pytestmark = pytest.mark.infra
 
@@ -79,7 +80,12 @@ def test_ansible_reaches_hosts_over_docker_connection(
     inv = tmp_path / "inventory.yml"
     inv.write_text(yaml.safe_dump(inventory([amd64_host, arm64_host])))
     ansible = Path(sys.executable).with_name("ansible")
-    env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"}
+    env = {
+        **os.environ,
+        "ANSIBLE_STDOUT_CALLBACK": "json",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_CONNECTION_PLUGINS": str(CONNECTIONS),
+    }
     result = subprocess.run(
         [
             str(ansible),

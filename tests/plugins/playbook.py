@@ -36,6 +36,8 @@ ANSIBLE_CFG = REPO / "ansible" / "ansible.cfg"
 # A test-only callback that imports the plugins every task needs before ansible-playbook forks
 # its workers (ansible_callbacks/sparkops_preload.py: about half of each run's time otherwise).
 CALLBACKS = Path(__file__).resolve().parent / "ansible_callbacks"
+# The test hosts' connection (ansible_connections/sparkops_testhost.py).
+CONNECTIONS = Path(__file__).resolve().parent / "ansible_connections"
 # ok, changed, unreachable and failed are always printed; the later counters since ansible 2.8.
 RECAP = re.compile(
     r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)"
@@ -127,6 +129,7 @@ def playbook_env(env: Mapping[str, str] | None = None, *, inherit: bool = True) 
         **base,
         "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
         "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
+        "ANSIBLE_CONNECTION_PLUGINS": str(CONNECTIONS),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         **(env or {}),

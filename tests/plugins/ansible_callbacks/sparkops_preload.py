@@ -26,7 +26,7 @@ from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import action_loader, connection_loader, filter_loader, test_loader
 
 # The connection plugins the tests' inventories name (testinfra reaches hosts without Ansible).
-CONNECTIONS = ("community.docker.docker_api", "ansible.builtin.local")
+CONNECTIONS = ("sparkops_testhost", "community.docker.docker_api", "ansible.builtin.local")
 
 
 class CallbackModule(CallbackBase):
