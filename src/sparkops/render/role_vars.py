@@ -98,6 +98,12 @@ def _type_problem(value: Any, spec: dict[str, Any]) -> str | None:
     return None
 
 
+def _is_template(value: Any) -> bool:
+    """A value still written as a Jinja template (`"{{ host_tuning_job_users }}"`): Ansible
+    gives it its type when it templates it, so its text is not judged."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
 def nearest(name: str, candidates: set[str], prefix: str = "") -> str | None:
     """The declared name closest to a misspelt one (difflib), or None when none is close.
 
@@ -125,7 +131,8 @@ def role_variable_problems(host_vars: dict[str, Any], specs: RoleSpecs) -> list[
             )
             continue
         spec = specs.options[role].get(name)
-        if spec is None or host_vars[name] is None or host_vars[name] is UNRESOLVED:
+        value = host_vars[name]
+        if spec is None or value is None or value is UNRESOLVED or _is_template(value):
             continue
         why = _type_problem(host_vars[name], spec)
         if why is not None:
