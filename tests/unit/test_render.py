@@ -370,3 +370,20 @@ def test_the_ansible_filter_gives_batch_jobs_every_replica(tmp_path):
     urls = module.sparkops_client_endpoints(inv.hostvars, groups)
     assert urls == [f"http://10.0.0.1{i}:8000/v1" for i in range(1, 5)]
     assert "sparkops_client_endpoints" in module.FilterModule().filters()
+
+
+def test_the_compose_header_names_the_inventory_s_topology_and_no_ignored_shm_size(tmp_path):
+    """Issue 31 item 14: the wsl2 laptop's compose.yml said "rtx-spark (single)", and the
+    pipeline pair's set shm_size beside `ipc: host`, where Docker ignores it."""
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "out"
+    render_inventory(repo / "inventory" / "wsl2", out)
+    header = (out / "rtx-spark" / "compose.yml").read_text().splitlines()
+    assert any(
+        "Serving stack for rtx-spark: topology wsl2, this host as single" in line for line in header
+    )
+    render_inventory(make_inventory(tmp_path / "inv", "pipeline-ray"), out)
+    for host in ("spark-1", "spark-2"):
+        vllm = _compose(out, host)["services"]["vllm"]
+        assert vllm["ipc"] == "host" and "shm_size" not in vllm
+    assert "topology pair-pp, this host as head" in (out / "spark-1" / "compose.yml").read_text()
