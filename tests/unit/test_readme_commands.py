@@ -174,7 +174,8 @@ def test_day_one_walks_in_order_with_ssh_sudo_and_the_laptop() -> None:
     for text in (readme, day_one):
         assert "ssh-copy-id" in text and " -K" in text
         assert "scp -r job " in text and "prompt file" in text
-    for words in ("ProArt Creator Hub", "96 GB", "systemd=true", "natively", "in Docker inside WSL2"):
+    laptop = ("ProArt Creator Hub", "96 GB", "systemd=true", "natively", "in Docker inside WSL2")
+    for words in laptop:
         assert words in day_one, words
     assert "https://nvidia.github.io/libnvidia-container/stable/deb" in day_one
     for line in shell_lines(readme + day_one):
