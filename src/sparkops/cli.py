@@ -68,7 +68,9 @@ class DefaultsShown(argparse.HelpFormatter):
 def _default_words(action: argparse.Action) -> str | None:
     """What `--help` says an argument is when left out (None: say nothing: --help itself,
     --version, a sub-command list)."""
-    if action.default is argparse.SUPPRESS or isinstance(action, argparse._SubParsersAction):
+    if action.default is argparse.SUPPRESS or isinstance(
+        action, argparse._SubParsersAction | argparse._SubParsersAction._ChoicesPseudoAction
+    ):  # the list of sub-commands and each entry in it: a choice, not an argument
         return None
     if action.required or (not action.option_strings and action.nargs not in ("?", "*")):
         return "(required)"

@@ -48,13 +48,17 @@ def make_inventory(root: Path, topology: str, **extra_vars) -> Path:
     """Write a hosts.yml + group_vars/all/serving.yml inventory for one example topology."""
     hosts, group_vars = TOPOLOGIES[topology]
     root.mkdir(parents=True, exist_ok=True)
+    qsfp = {name: address.replace("10.0.0.", "192.168.177.") for name, address in hosts.items()}
     host_entries = {
-        name: {"ansible_host": address, "qsfp_address": address.replace("10.0.0.", "192.168.177.")}
+        name: {"ansible_host": address, "qsfp_address": qsfp[name]}
         for name, address in hosts.items()
     }
-    (root / "hosts.yml").write_text(
-        yaml.safe_dump({"all": {"children": {"sparks": {"hosts": host_entries}}}})
-    )
+    sparks: dict = {"hosts": host_entries}
+    if topology.startswith("pipeline"):  # a pair on one QSFP cable, as the inventory check wants
+        for name in host_entries:
+            host_entries[name]["qsfp_network_address"] = qsfp[name]
+        sparks = {"children": {"spark_pair": {"hosts": host_entries}}}
+    (root / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparks": sparks}}}))
     (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     (root / "group_vars" / "all" / "serving.yml").write_text(
         yaml.safe_dump({**group_vars, **extra_vars})

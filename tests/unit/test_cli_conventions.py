@@ -330,3 +330,14 @@ def test_piped_to_head(tmp_path):
     assert proc.returncode in (0, cli.EXIT_BROKEN_PIPE)
     assert proc.stdout.count("\n") == 1
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_the_command_lists_mark_no_command_as_required():
+    """Issue 31 item 14: `sparkops --help` marked every sub-command "(required)"; choosing a
+    command is required, but each entry of the list is a choice, not an argument."""
+    for path, parser in every_parser(cli.build_parser()):
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+            continue
+        text = parser.format_help()
+        listing = text.split("positional arguments:", 1)[1].split("\n\n", 1)[0]
+        assert "(required)" not in listing, (path, listing)

@@ -77,6 +77,9 @@ def test_front_end_names_api_server_count():
     neck = name_bottleneck(timeline(in_flight=1000, running=230), 1000, WINDOW)
     assert neck.kind == "front-end"
     assert "--api-server-count" in neck.sentence
+    # Issue 31 item 12: the advice names how to do it with the kit, on a Spark and locally.
+    assert "vllm.extra_args" in neck.sentence and "vllm_serving_profile" in neck.sentence
+    assert "deploy.yml" in neck.sentence and "--replicas" in neck.sentence
 
 
 def test_client_by_cpu_or_by_slots_left_empty():

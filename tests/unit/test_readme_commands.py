@@ -152,3 +152,44 @@ def test_the_checker_catches_a_command_that_does_not_exist() -> None:
     )
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv)
+
+
+def test_day_one_walks_in_order_with_ssh_sudo_and_the_laptop() -> None:
+    """Issue 31: README step 3 ended in "Missing sudo password" (no word of -K, ssh-copy-id or
+    a sudo rule), the laptop path stopped at NVIDIA URLs the kit did not give, and step 6
+    copied the pipeline without the prompt files it names."""
+    day_one = (REPO / "docs" / "day-one.md").read_text()
+    headings = re.findall(r"^## \d\. (.+)$", day_one, re.M)
+    assert headings == [
+        "Controller",
+        "SSH and sudo",
+        "Laptop or desktop",
+        "Inventory and render",
+        "Provision",
+        "Deploy",
+        "Preflight",
+        "First job",
+    ]
+    readme = README.read_text()
+    for text in (readme, day_one):
+        assert "ssh-copy-id" in text and " -K" in text
+        assert "scp -r job " in text and "prompt file" in text
+    laptop = ("ProArt Creator Hub", "96 GB", "systemd=true", "natively", "in Docker inside WSL2")
+    for words in laptop:
+        assert words in day_one, words
+    assert "https://nvidia.github.io/libnvidia-container/stable/deb" in day_one
+    for line in shell_lines(readme + day_one):
+        if "ansible-playbook" in line and "ansible/playbooks/" in line:
+            assert " -K" in line, line
+    # The laptop's inventory says where the NVIDIA repository comes from.
+    wsl2 = (REPO / "inventory/wsl2/group_vars/sparks/container_runtime.yml").read_text()
+    assert "https://nvidia.github.io/libnvidia-container/stable/deb" in wsl2
+
+
+def test_the_job_user_is_named_once_in_each_example_inventory() -> None:
+    """container_runtime.yml hard-coded `researcher` beside host_tuning.yml's list."""
+    import yaml
+
+    for path in sorted((REPO / "inventory").glob("*/group_vars/sparks/container_runtime.yml")):
+        users = (yaml.safe_load(path.read_text()) or {}).get("container_runtime_docker_users")
+        assert users in (None, "{{ host_tuning_job_users }}"), path

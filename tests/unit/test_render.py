@@ -88,7 +88,12 @@ def test_profile_problems_stop_the_render(tmp_path):
 
 def test_typo_in_a_role_variable_is_refused(tmp_path):
     inv = make_inventory(tmp_path / "inv", "single", vllm_serving_bind_adress="127.0.0.1")
-    with pytest.raises(UserError, match="vllm_serving_bind_adress: unknown variable"):
+    # validate_inventory.yml's sentence, with the name meant (it said "check its spelling")
+    with pytest.raises(
+        UserError,
+        match=r"vllm_serving_bind_adress is not a variable of the role vllm_serving \(did you "
+        r"mean vllm_serving_bind_address\?\)",
+    ):
         render_inventory(inv, tmp_path / "out")
 
 
@@ -178,13 +183,14 @@ def test_pipeline_parallel_needs_the_qsfp_address(tmp_path):
 
 def test_wrong_host_count_names_the_fix(tmp_path):
     inv = make_inventory(tmp_path / "inv", "single", vllm_serving_topology="multi-dp")
-    with pytest.raises(UserError, match="needs at least 2 serving hosts, the inventory has 1"):
+    # validate_inventory.yml's sentences (one check: sparkops.render.inventory_checks)
+    with pytest.raises(UserError, match=r"needs at least two, found 1 \(spark-1\)"):
         render_inventory(inv, tmp_path / "out")
     inv = make_inventory(tmp_path / "inv4", "data-parallel-4", vllm_serving_topology="pair-pp")
-    with pytest.raises(UserError, match="needs exactly 2 serving hosts, the inventory has 4"):
+    with pytest.raises(UserError, match="needs exactly two hosts in the group 'spark_pair'"):
         render_inventory(inv, tmp_path / "out")
     inv = make_inventory(tmp_path / "inv2", "data-parallel", vllm_serving_topology="single")
-    with pytest.raises(UserError, match="needs exactly 1 serving host, the inventory has 2"):
+    with pytest.raises(UserError, match=r"runs on one host, but the inventory lists 2"):
         render_inventory(inv, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -364,3 +370,20 @@ def test_the_ansible_filter_gives_batch_jobs_every_replica(tmp_path):
     urls = module.sparkops_client_endpoints(inv.hostvars, groups)
     assert urls == [f"http://10.0.0.1{i}:8000/v1" for i in range(1, 5)]
     assert "sparkops_client_endpoints" in module.FilterModule().filters()
+
+
+def test_the_compose_header_names_the_inventory_s_topology_and_no_ignored_shm_size(tmp_path):
+    """Issue 31 item 14: the wsl2 laptop's compose.yml said "rtx-spark (single)", and the
+    pipeline pair's set shm_size beside `ipc: host`, where Docker ignores it."""
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "out"
+    render_inventory(repo / "inventory" / "wsl2", out)
+    header = (out / "rtx-spark" / "compose.yml").read_text().splitlines()
+    assert any(
+        "Serving stack for rtx-spark: topology wsl2, this host as single" in line for line in header
+    )
+    render_inventory(make_inventory(tmp_path / "inv", "pipeline-ray"), out)
+    for host in ("spark-1", "spark-2"):
+        vllm = _compose(out, host)["services"]["vllm"]
+        assert vllm["ipc"] == "host" and "shm_size" not in vllm
+    assert "topology pair-pp, this host as head" in (out / "spark-1" / "compose.yml").read_text()

@@ -66,11 +66,13 @@ def _with_vars(inventory: Path, **variables: object) -> Path:
 def test_an_unknown_topology_is_refused_naming_the_valid_ones(
     tmp_path: Path, example: str, variable: str, word: str, hint: str
 ) -> None:
-    """A misspelt word used to render a single stack (exit 0), or to ask for one host."""
+    """A misspelt word used to render a single stack (exit 0), or to ask for one host. The
+    sentence is validate_inventory.yml's (one check, sparkops.render.inventory_checks)."""
     inventory = _with_vars(make_inventory(tmp_path / "inv", example), **{variable: word})
+    where = "topology.yml" if variable == "sparkops_topology" else "serving.yml"
     assert _refused("--inventory", str(inventory), cwd=tmp_path) == (
-        f"{variable} '{word}' is not a topology{hint}: set it to one of single, wsl2, local, "
-        "pair-dp, pair-pp, multi-dp in the inventory's group_vars"
+        f"Host spark-1: {variable} is '{word}', which is not a topology{hint}. Set it to one of "
+        f"single, wsl2, local, pair-dp, pair-pp, multi-dp in group_vars/all/{where}."
     )
 
 

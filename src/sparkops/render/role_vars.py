@@ -16,6 +16,7 @@ role's prefix and a fact cache bringing them into a later run never trips the ch
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,12 @@ def _type_problem(value: Any, spec: dict[str, Any]) -> str | None:
     return None
 
 
+def _is_template(value: Any) -> bool:
+    """A value still written as a Jinja template (`"{{ host_tuning_job_users }}"`): Ansible
+    gives it its type when it templates it, so its text is not judged."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
 def nearest(name: str, candidates: set[str], prefix: str = "") -> str | None:
     """The declared name closest to a misspelt one (difflib), or None when none is close.
 
@@ -124,7 +131,8 @@ def role_variable_problems(host_vars: dict[str, Any], specs: RoleSpecs) -> list[
             )
             continue
         spec = specs.options[role].get(name)
-        if spec is None or host_vars[name] is None or host_vars[name] is UNRESOLVED:
+        value = host_vars[name]
+        if spec is None or value is None or value is UNRESOLVED or _is_template(value):
             continue
         why = _type_problem(host_vars[name], spec)
         if why is not None:
@@ -133,3 +141,94 @@ def role_variable_problems(host_vars: dict[str, Any], specs: RoleSpecs) -> list[
                 "argument_specs.yml); fix it in the inventory or in -e"
             )
     return problems
+
+
+# How alike a name's leading words and a prefix must be (difflib ratio): one letter doubled,
+# dropped or swapped in "host_tuning" scores about 0.95; "sparkops_topology" against
+# "sparkops_cli" 0.69.
+PREFIX_CUTOFF = 0.8
+# Names of the kit's own that carry no role's or playbook's prefix.
+KIT_NAMES = frozenset({"sparkops_topology"})
+
+
+def play_settings(playbooks_dir: str | Path) -> dict[str, frozenset[str]]:
+    """Playbook file name -> its own settings: preflight.yml owns sparkops_preflight_*, each
+    declared in ansible/playbooks/vars/preflight.yml (the play refuses an undeclared one)."""
+    plays: dict[str, frozenset[str]] = {}
+    for vars_file in sorted((Path(playbooks_dir) / "vars").glob("*.yml")):
+        prefix = f"sparkops_{vars_file.stem}_"
+        declared = {str(n) for n in yaml.safe_load(vars_file.read_text()) or {}}
+        plays[vars_file.name] = frozenset(n for n in declared if n.startswith(prefix))
+    return plays
+
+
+def _ratio(head: str, prefix: str) -> float:
+    return difflib.SequenceMatcher(None, head, prefix).ratio()
+
+
+def _guess(name: str, prefix: str, declared: frozenset[str]) -> tuple[str, float] | None:
+    """(the name meant, how close) when `name`'s leading words are close to `prefix` (without
+    its final underscore); a dropped underscore (`hosttuning_x`) makes one word fewer, so both
+    word counts are tried. A declared name wins over a merely close prefix."""
+    words = name.split("_")
+    count = prefix.count("_")
+    found = None
+    for n, target, cutoff in (
+        (count, prefix[:-1], PREFIX_CUTOFF),
+        (count - 1, prefix[:-1].replace("_", ""), 0.9),
+    ):
+        head = "_".join(words[:n])
+        if n < 1 or len(words) <= n:
+            continue
+        ratio = _ratio(head, target)
+        if ratio >= cutoff:
+            meant = prefix + name[len(head) + 1 :]
+            if meant in declared:
+                return meant, ratio + 1
+            found = found or (meant, ratio)
+    return found
+
+
+def misspelt_prefixes(
+    names: Iterable[str], specs: RoleSpecs, plays: Mapping[str, frozenset[str]]
+) -> list[str]:
+    """One warning per name whose leading words are close to, but not, a role's prefix
+    (`vlm_serving_port`) or a playbook's (`sparkops_prefligth_concurrency`), naming its
+    owner and the variable meant, in name order. A name under any owner's own prefix
+    (`sparkops_preflight_concurrency` is preflight.yml's, not a slip of spark_preflight_)
+    is that owner's business: the role check or the play refuses it there."""
+    owners: dict[str, tuple[str, frozenset[str]]] = {
+        role + "_": (f"the role {role}", frozenset(options))
+        for role, options in specs.options.items()
+    }
+    owners.update(
+        {f"sparkops_{Path(play).stem}_": (play, declared) for play, declared in plays.items()}
+    )
+    warnings = []
+    for name in sorted({str(n) for n in names}):
+        if name.startswith("_") or name in KIT_NAMES or name.startswith(tuple(owners)):
+            continue
+        guesses = [
+            (ratio, prefix, meant)
+            for prefix, (_, declared) in owners.items()
+            if (guess := _guess(name, prefix, declared))
+            for meant, ratio in [guess]
+        ]
+        if not guesses:
+            continue
+        _, prefix, meant = max(guesses)
+        owner, declared = owners[prefix]
+        hint = f"did you mean {meant}?" if meant in declared else "no such variable either"
+        role = owner.startswith("the role ")
+        where = (
+            f"ansible/roles/{owner.removeprefix('the role ')}/meta/argument_specs.yml"
+            if role
+            else f"ansible/playbooks/vars/{owner}"
+        )
+        kind = "a variable of" if role else "a setting of"
+        keeps = "the role keeps its default" if role else f"{owner} keeps its default"
+        warnings.append(
+            f"{name} looks like {kind} {owner} with its prefix misspelt ({hint}); Ansible "
+            f"ignores it, so {keeps}. Fix or remove it (the declared names are in {where})."
+        )
+    return warnings

@@ -108,6 +108,7 @@ class HostStack:
     ray: RayService | None = None
     files: list[str] = field(default_factory=list)
     stages: int = 1  # pipeline stages of the whole stack (plan_stack decided them)
+    topology: str = ""  # the inventory's word (wsl2, pair-dp, ...), for headers a person reads
 
     def host_share(self) -> Profile:
         """The profile as one host holds it: with pipeline parallelism its share of the
@@ -313,7 +314,16 @@ def plan_stack(
         check_profile(profile, facts)
         serving = serving.model_copy(update={"base_image": effective_base(serving, profile)})
         unplanned = cast(VllmService, {})  # each topology's planner below sets it
-        stacks[host] = HostStack(host, "single", serving, profile, unplanned, sec, stages=stages)
+        stacks[host] = HostStack(
+            host,
+            "single",
+            serving,
+            profile,
+            unplanned,
+            sec,
+            stages=stages,
+            topology=topology_named(inv.hostvars[hosts[0]])[1],
+        )
     if topology == "single":
         only = stacks[hosts[0]]
         only.vllm = _vllm_service(profile, only.serving, stages=stages)
