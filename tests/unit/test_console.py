@@ -8,7 +8,7 @@ import os
 from tests.plugins.cli import sparkops
 
 PLAN = ("plan", "memory", "--profile", "gb10-gemma4-12b-fp8", "--seqs", "1000")
-PLAN_ARGS = (*PLAN, "--prompt-tokens", "1600")
+PLAN_ARGS = (*PLAN, "--prompt-tokens-per-call", "1600")
 
 
 def test_a_piped_table_keeps_each_row_on_one_line() -> None:
