@@ -8,7 +8,7 @@ import os
 from tests.plugins.cli import sparkops
 
 PLAN = ("plan", "memory", "--profile", "gb10-gemma4-12b-fp8", "--seqs", "1000")
-PLAN_ARGS = (*PLAN, "--prompt-tokens", "1600")
+PLAN_ARGS = (*PLAN, "--prompt-tokens-per-call", "1600")
 
 
 def test_a_piped_table_keeps_each_row_on_one_line() -> None:
@@ -26,3 +26,17 @@ def test_a_piped_table_keeps_each_row_on_one_line() -> None:
 def test_columns_still_sets_the_width() -> None:
     proc = sparkops(*PLAN_ARGS, limit=60, env={**os.environ, "COLUMNS": "60"}, check=True)
     assert max(len(line) for line in proc.stdout.splitlines()) <= 60
+
+
+def test_markdown_off_a_terminal_is_its_own_text_not_padded_to_the_console_width() -> None:
+    import io
+
+    from rich.console import Console
+
+    from sparkops.console import OFF_TTY_WIDTH, print_markdown
+
+    text = "# Report job-1\n\nSome text here.\n\n| Metric | Value |\n|---|---|\n| Records | 300 |\n"
+    out = io.StringIO()
+    print_markdown(Console(file=out, width=OFF_TTY_WIDTH), text)
+    assert out.getvalue() == text  # rich padded each heading and paragraph to 400 columns
+    assert max(len(line) for line in out.getvalue().splitlines()) == len("| Metric | Value |")

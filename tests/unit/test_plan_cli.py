@@ -30,8 +30,9 @@ def test_bad_hit_rate(text):
 
 
 def test_throughput_json(capsys):
-    argv = ["plan", "throughput", "--computed-tok-s", "2580", "--prompt-tokens", "3600"]
-    argv += ["--gen-tokens", "300", "--hit-rate", "88.7%", "--records", "500000", "--json"]
+    argv = ["plan", "throughput", "--computed-tok-s", "2580", "--prompt-tokens-per-record", "3600"]
+    argv += ["--gen-tokens-per-record", "300", "--hit-rate", "88.7%", "--records", "500000"]
+    argv += ["--json"]
     assert run(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert round(out["records_per_min"]) == 219
@@ -42,11 +43,11 @@ def test_throughput_json(capsys):
 
 
 def test_throughput_table(capsys):
-    argv = ["plan", "throughput", "--computed-tok-s", "1000", "--prompt-tokens", "1000"]
-    argv += ["--gen-tokens", "100", "--hit-rate", "0.5", "--points", "2"]
+    argv = ["plan", "throughput", "--computed-tok-s", "1000", "--prompt-tokens-per-record", "1000"]
+    argv += ["--gen-tokens-per-record", "100", "--hit-rate", "0.5", "--points", "2"]
     assert run(argv) == 0
     out = capsys.readouterr().out
-    assert "records_per_min" in out and "100.0" in out
+    assert "records / min" in out and "100.0" in out
     assert "52.0%" in out and "53.0%" not in out
 
 
@@ -123,7 +124,7 @@ def test_throughput_from_sweep_usage_errors(tmp_path):
         run(["plan", "throughput", "--from-sweep", str(sweep), "--level", "7"])
     with pytest.raises(UserError, match="add --from-sweep"):
         run(["plan", "throughput", "--for-level", "240", "--computed-tok-s", "9"])
-    with pytest.raises(UserError, match="--prompt-tokens is needed"):
+    with pytest.raises(UserError, match=r"--prompt-tokens-per-record .* is needed"):
         run(["plan", "throughput", "--computed-tok-s", "9"])
     (tmp_path / "bad.json").write_text("[1]")
     with pytest.raises(UserError, match=r"bad\.json"):

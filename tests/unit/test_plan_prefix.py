@@ -121,7 +121,8 @@ def test_decode_ceiling_by_hand_and_where_it_flattens():
 
 def test_cli_memory_and_decode_by_profile(capsys):
     argv = ["plan", "memory", "--profile", "gb10-gemma4-12b-fp8", "--seqs", "1000"]
-    argv += ["--prompt-tokens", "1600", "--shared", "90%", "--output-tokens", "125", "--json"]
+    argv += ["--prompt-tokens-per-call", "1600", "--shared", "90%", "--gen-tokens-per-call", "125"]
+    argv += ["--json"]
     assert run(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["kv_cache_bytes"] == SEED_KV and out["shared_tokens"] == 1408

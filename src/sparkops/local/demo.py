@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sparkops.console import stdout_console
+from sparkops.console import print_markdown, stdout_console
 from sparkops.local import state
 from sparkops.local.server import (
     START_TIMEOUT_S,
@@ -44,8 +44,6 @@ def _running_server(cache: Path | None, model: str) -> Server | None:
 def run_sample_job(server: Server, console: Console, cache: Path | None = None) -> dict:
     """The bundled sample job (3-step pipeline, 300 synthetic notes) through the batch
     client, then its report: the same code path as `sparkops batch run` + `sparkops report`."""
-    from rich.markdown import Markdown
-
     from sparkops.batch import JobConfig, run_job
     from sparkops.local import paths
     from sparkops.report.render import markdown, write_report
@@ -66,7 +64,7 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
         )
     )
     report = write_report(out)
-    console.print(Markdown(markdown(report, out.name)))
+    print_markdown(console, markdown(report, out.name))
     console.print(f"Report: {out / 'report.md'}, plot: {out / 'throughput.png'}")
     print_decisions(out, console)
     return report
@@ -86,7 +84,8 @@ def print_decisions(out: Path, console: Console) -> None:
         calls = Counter(
             len(json.loads(line).get("steps") or []) for line in results if line.strip()
         )
-    table = Table(title=f"Decisions ({len(decisions)} records)")
+    title = f"Decisions ({len(decisions)} records)"
+    table = Table(title=title, min_width=len(title) + 4)  # a title wider than two columns
     for column in ("final", "records"):
         table.add_column(column)
     for label, count in Counter(decisions.values()).most_common():

@@ -45,7 +45,13 @@ from sparkops.plan.tables import (
     print_shared_prefix,
     print_throughput,
 )
-from sparkops.plan.throughput import ThroughputPlan, plan_throughput, predict_level
+from sparkops.plan.throughput import (
+    NOTES_FASTEST_RUN,
+    ThroughputPlan,
+    plan_throughput,
+    predict_level,
+    throughput_formula,
+)
 
 # A DGX Spark gives vLLM 0.88 x 128 GB for weights plus KV cache (second seed).
 DEFAULT_MEMORY_GB = 0.88 * 128
@@ -67,12 +73,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="tokens/s the server computes at full load (computed prompt + generated, not "
         "counting cache hits); or calibrate with --from-sweep / --from-report",
     )
-    tp.add_argument(
-        "--prompt-tokens", type=float, help="prompt tokens per record (all of its calls)"
+    tokens = tp.add_argument_group(
+        "tokens",
+        "per record (all of its calls), or per call with --calls-per-record (the benchmark "
+        "notes: about 1,600 prompt and 125 generated tokens a call, about 2.4 calls a record)",
     )
-    tp.add_argument(
-        "--gen-tokens", type=float, help="generated tokens per record (all of its calls)"
+    tokens.add_argument(
+        "--prompt-tokens-per-record", type=float, help="prompt tokens of a record's calls"
     )
+    tokens.add_argument(
+        "--gen-tokens-per-record", type=float, help="generated tokens of a record's calls"
+    )
+    tokens.add_argument("--prompt-tokens-per-call", type=float, help="prompt tokens of a call")
+    tokens.add_argument("--gen-tokens-per-call", type=float, help="generated tokens of a call")
+    tokens.add_argument(
+        "--calls-per-record",
+        type=float,
+        help="calls a record makes on average (early exits make it fractional: the notes' 2.4)",
+    )
+    retired(tp, "--prompt-tokens", "--prompt-tokens-per-record (or -per-call)")
+    retired(tp, "--gen-tokens", "--gen-tokens-per-record (or -per-call)")
     tp.add_argument(
         "--hit-rate", type=parse_hit_rate, help="prefix-cache hit rate: 0.887, 88.7 or 88.7%%"
     )
@@ -131,7 +151,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "count each shared opening's blocks once and only the rest per sequence "
         "(the default with --profile)",
     )
-    shared.add_argument("--prompt-tokens", type=int, help="prompt tokens per call")
+    shared.add_argument(
+        "--prompt-tokens-per-call", dest="prompt_tokens", type=int, help="prompt tokens of a call"
+    )
     shared.add_argument(
         "--shared",
         type=parse_hit_rate,
@@ -139,8 +161,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="share of each prompt that is a shared opening: 0.9, 90 or 90%% (default 0)",
     )
     shared.add_argument(
-        "--output-tokens", type=int, default=0, help="tokens written per call (default 0)"
+        "--gen-tokens-per-call",
+        dest="output_tokens",
+        type=int,
+        default=0,
+        help="tokens a call generates (default 0)",
     )
+    retired(mem, "--prompt-tokens", "--prompt-tokens-per-call")
+    retired(mem, "--output-tokens", "--gen-tokens-per-call")
     shared.add_argument(
         "--prefixes", type=int, default=1, help="different shared openings (pipeline steps)"
     )
@@ -180,6 +208,68 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     dec.add_argument("--json", action="store_true", help="print JSON instead of a table")
     dec.set_defaults(func=run_decode)
     register_guard(sub)
+
+
+def retired(parser: argparse.ArgumentParser, flag: str, instead: str) -> None:
+    """A flag name that meant per record in one planner and per call in another: refused
+    with the explicit names, so no figure is read in the wrong unit (hidden from --help)."""
+
+    class Refuse(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+            parser.error(
+                f"{flag} is ambiguous (per record or per call?): use {instead}; "
+                "every `sparkops plan` token flag names its unit"
+            )
+
+    dest = "retired_" + flag.strip("-").replace("-", "_")
+    parser.add_argument(flag, action=Refuse, dest=dest, help=argparse.SUPPRESS)
+
+
+def tokens_per_record(
+    args: argparse.Namespace, measured: calibrate.Measured | None
+) -> tuple[float, float, str | None]:
+    """(prompt, generated) tokens per record from per-record or per-call flags, falling back
+    on a measured run; and how the per-call figures were multiplied, for the output."""
+    calls = args.calls_per_record
+    per_call = (args.prompt_tokens_per_call, args.gen_tokens_per_call)
+    if calls is not None and calls < 1:
+        raise UserError(f"--calls-per-record {calls:g} is below 1: every record makes a call")
+    if calls is None and any(v is not None for v in per_call):
+        raise UserError(
+            "per-call tokens need --calls-per-record N (the average calls a record makes; "
+            "the benchmark notes: about 2.4), or give --prompt-tokens-per-record and "
+            "--gen-tokens-per-record"
+        )
+    if calls is not None and all(v is None for v in per_call):
+        raise UserError(
+            "--calls-per-record multiplies per-call tokens: add --prompt-tokens-per-call "
+            "and --gen-tokens-per-call"
+        )
+    steps = []
+    out = []
+    for kind, record, call, from_run in (
+        ("prompt", args.prompt_tokens_per_record, args.prompt_tokens_per_call,
+         measured.prompt_tokens if measured else None),
+        ("gen", args.gen_tokens_per_record, args.gen_tokens_per_call,
+         measured.gen_tokens if measured else None),
+    ):  # fmt: skip
+        if record is not None and call is not None:
+            raise UserError(
+                f"give --{kind}-tokens-per-record or --{kind}-tokens-per-call, not both"
+            )
+        if call is not None:
+            assert calls is not None
+            record = call * calls
+            steps.append(f"{call:,.0f} x {calls:g} calls = {record:,.0f} {kind} tokens a record")
+        elif record is None:
+            record = from_run
+        if record is None:
+            raise UserError(
+                f"--{kind}-tokens-per-record (or --{kind}-tokens-per-call with "
+                "--calls-per-record) is needed: no measured run gives it"
+            )
+        out.append(record)
+    return out[0], out[1], "; ".join(steps) or None
 
 
 def add_model_source(parser: argparse.ArgumentParser) -> None:
@@ -322,22 +412,23 @@ def run_throughput(args: argparse.Namespace) -> int:
             f"cannot predict {target.label} from {calibration.label}: {prediction.reason}; "
             "calibrate on a run with the same bottleneck"
         )
+    prompt, gen, per_call = tokens_per_record(args, shape)
     plan = plan_throughput(
         computed_tok_s=computed,
-        prompt_tokens=pick(
-            args.prompt_tokens, shape.prompt_tokens if shape else None, "--prompt-tokens"
-        ),
-        gen_tokens=pick(args.gen_tokens, shape.gen_tokens if shape else None, "--gen-tokens"),
+        prompt_tokens=prompt,
+        gen_tokens=gen,
         hit_rate=pick(args.hit_rate, shape.hit_rate if shape else None, "--hit-rate"),
         records=args.records,
         table_points=args.points,
     )
     check = check_against(plan, calibration, target or calibration)
+    formula = throughput_formula(plan, per_call)
     if args.json:
-        print(json.dumps({**plan.as_dict(), "check": check}, indent=2))
+        extra = {"per_call": per_call, "formula": formula, "notes": NOTES_FASTEST_RUN}
+        print(json.dumps({**plan.as_dict(), **extra, "check": check}, indent=2))
         return 0
     console = stdout_console()
-    print_throughput(plan, console)
+    print_throughput(plan, console, formula)
     if check:
         console.print(check["sentence"], soft_wrap=True, markup=False, highlight=False)
     return 0

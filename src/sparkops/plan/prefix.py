@@ -74,7 +74,8 @@ def plan_shared_prefix(
     among `prefixes` different openings) writing `output_tokens` each."""
     if seqs < 1 or prompt_tokens < 1 or output_tokens < 0 or prefixes < 1:
         raise UserError(
-            "--seqs, --prompt-tokens and --prefixes must be at least 1, --output-tokens 0 or more"
+            "--seqs, --prompt-tokens-per-call and --prefixes must be at least 1, "
+            "--gen-tokens-per-call 0 or more"
         )
     if not 0.0 <= shared_fraction <= 1.0:
         raise UserError(f"--shared {shared_fraction} is outside 0..100%")

@@ -20,6 +20,26 @@ from typing import Any
 from sparkops.errors import UserError
 from sparkops.metrics.bottleneck import label
 
+# The benchmark notes' fastest run (first seed, "what each point of hit rate is worth"), the
+# figures `plan throughput` prints beside its own: the inputs, then what the notes measured or
+# projected from them. `ceiling_records_per_min` is absent: the notes' "about 250" belongs to
+# their concurrency benchmark at ~1,300 tok/s (docs/planning.md).
+NOTES_FASTEST_RUN: dict[str, float] = {
+    "computed_tok_s": 2580,
+    "prompt_tokens": 3600,
+    "gen_tokens": 300,
+    "hit_rate": 0.887,
+    "prompt_tokens_per_call": 1600,
+    "calls_per_record": 2.4,
+    "uncached_prompt_tokens": 410,
+    "records_per_min": 217,
+    "effective_tok_s": 14_200,
+    "prompt_computed_tok_s": 1500,
+    "generation_tok_s": 1100,
+    "tokens_saved_per_point": 36,
+    "days_for_500000": 1.7,
+}
+
 
 @dataclass(frozen=True)
 class HitRatePoint:
@@ -185,3 +205,17 @@ def predict_level(
     if prompt_tokens is None or not gen_tokens or hit_rate is None:
         return Prediction(None, "no tokens per record or hit rate measured for this run")
     return Prediction(records_per_min(computed_tok_s, prompt_tokens, gen_tokens, hit_rate), None)
+
+
+def throughput_formula(plan: ThroughputPlan, per_call: str | None = None) -> str:
+    """The arithmetic behind the plan's headline figures, with its own numbers."""
+    lead = f"Per record {per_call}. " if per_call else ""
+    return (
+        f"{lead}Formula: computed = P x (1 - H) + G = {plan.prompt_tokens:,.0f} x "
+        f"(1 - {plan.hit_rate:.1%}) + {plan.gen_tokens:,.0f} = "
+        f"{plan.computed_tokens_per_record:,.0f} tokens a record; records/min = computed tok/s "
+        f"x 60 / computed = {plan.computed_tok_s:,.0f} x 60 / "
+        f"{plan.computed_tokens_per_record:,.0f} = {plan.records_per_min:,.1f}; effective "
+        f"tok/s = records/min x (P + G) / 60 = {plan.effective_tok_s:,.0f}; ceiling (H = 1) = "
+        f"computed tok/s x 60 / G = {plan.ceiling_records_per_min:,.1f} records/min."
+    )

@@ -38,6 +38,7 @@ from sparkops.report.steps import (
     above_ceiling,
     diagnose,
     overall,
+    short_prefix_note,
 )
 
 PREFIX = "prefix.json"
@@ -209,7 +210,8 @@ def compute_report(data: JobData) -> dict[str, Any]:
         "block_size": data.prefix.get("block_size"),
         "prefix_steps": data.prefix.get("steps"),
         "steps": steps,
-        "hit_rate_verdict": overall(steps),
+        "hit_rate_verdict": " ".join(filter(None, (overall(steps), short_prefix_note(data.prefix))))
+        or None,
         "runs": len(data.runs) or len(finish),
         "schedule": "+".join(dict.fromkeys(data.schedules)) or None,
         "wall_s": _r(span),

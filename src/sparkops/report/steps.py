@@ -164,5 +164,30 @@ def overall(rows: list[dict[str, Any]]) -> str | None:
     )
 
 
+def short_prefix_note(prefix: Mapping[str, Any]) -> str | None:
+    """Name the block size as the cause where a step's shared prefix is shorter than one block:
+    vLLM caches whole blocks only, so such a step reuses nothing, which "prompt design" alone
+    does not explain (the sample's 40-78-token openings against vLLM-CPU's 128-token block)."""
+    block = prefix.get("block_size")
+    steps = prefix.get("steps") or {}
+    if not isinstance(block, int) or block < 1 or not isinstance(steps, Mapping):
+        return None
+    short = {
+        name: p["shared_tokens"]
+        for name, p in steps.items()
+        if isinstance(p, Mapping)
+        and isinstance(p.get("shared_tokens"), int)
+        and p["shared_tokens"] < block
+    }
+    if not short:
+        return None
+    which = ", ".join(f"{name} {tokens}" for name, tokens in short.items())
+    return (
+        f"Shared prefixes shorter than one {block}-token block ({which} tokens): vLLM caches "
+        f"whole blocks only, so these steps reuse nothing; put at least {block} tokens of "
+        "shared instructions before the record."
+    )
+
+
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
