@@ -1,7 +1,10 @@
-"""`sparkops pipeline check P.yaml --endpoint URL`: lint a pipeline for prefix reuse.
+"""`sparkops pipeline check P.yaml --endpoint URL`: lint a pipeline for prefix reuse, and
+check that the server holds its constrained steps to their answers.
 
 Uses the server's own /tokenize (real tokenizer and chat template) and its block size from
-/metrics, so the counts are what vLLM will actually see.
+/metrics, so the counts are what vLLM will actually see; and sends the structured-output probe
+(pipeline/constrain.py) the job sends before its first record, so a server that would ignore
+or reject the constraint is found here, before a job.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import aiohttp
 from sparkops import openai_http
 from sparkops.errors import UserError
 from sparkops.openai_http import normalise_base
+from sparkops.pipeline import constrain
 from sparkops.pipeline.check import analyse_step, probe_records
 from sparkops.pipeline.prompt import build_messages
 from sparkops.pipeline.spec import load_pipeline
@@ -39,6 +43,7 @@ async def check_pipeline(
     path: Path, endpoint: str, block_size: int | None = None
 ) -> dict[str, Any]:
     spec = load_pipeline(path)
+    constrain.check_spec(spec)
     base = normalise_base(endpoint)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         if block_size is None:
@@ -72,6 +77,8 @@ async def check_pipeline(
             ) from None
         except openai_http.AnswerError as err:
             raise UserError(f"{base}: {err}; point --endpoint at a vLLM server") from None
+        await constrain.check_servers(session, [base], spec, {}, source=str(path))
+        budget = await constrain.server_budgets(session, base, spec, {})
     warnings = [w for s in steps for w in s.warnings]
     return {
         "pipeline": spec.name,
@@ -84,12 +91,21 @@ async def check_pipeline(
                 "tail_tokens": s.tail_tokens,
                 "fixed_tokens": s.fixed_tokens,
                 "after_record_tokens": s.after_record_tokens,
+                "constrained": constrain.step_mode(spec, spec.step(s.step)),
+                "max_tokens": budget[s.step],
             }
             for s in steps
         ],
         "tail_tokens_total": sum(s.tail_tokens for s in steps),
         "warnings": warnings,
     }
+
+
+_MODES = {
+    "choice": "held to the choices",
+    "json": "held to the schema",
+    "off": "free text (unconstrained)",
+}
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -102,7 +118,8 @@ def _check(args: argparse.Namespace) -> int:
             print(
                 f"  {s['step']}: shared prefix {s['shared_tokens']} tokens, reusable "
                 f"{s['reusable_tokens']} (whole blocks), tail recomputed every call "
-                f"{s['tail_tokens']}, fixed text after the record {s['after_record_tokens']}"
+                f"{s['tail_tokens']}, fixed text after the record {s['after_record_tokens']}; "
+                f"answers {_MODES[s['constrained']]}, max_tokens {s['max_tokens']}"
             )
         print(f"  block-boundary tail over all steps: {result['tail_tokens_total']} tokens")
         for w in result["warnings"]:

@@ -33,7 +33,7 @@ Mode = Literal["choice", "json", "off"]
 # The probe: a single allowed answer the prompt does not ask for. A server that holds the
 # constraint answers exactly it; one that ignores the field answers the prompt.
 PROBE_WORD = "kumquat"
-PROBE_MESSAGES = [{"role": "user", "content": "Reply with OK."}]
+PROBE_MESSAGES = [{"role": "user", "content": "Say hello."}]
 PROBE_SCHEMA = {
     "type": "object",
     "properties": {"fruit": {"type": "string", "enum": [PROBE_WORD]}},
