@@ -7,8 +7,8 @@ count plus one (the end token). An extraction step (`extract:`) carries
 `structured_outputs: {"json": schema}` with whitespace off, and room for the longest answer the
 schema allows. `constrain: false` (on the pipeline or a step) sends the old free-text request.
 
-vLLM documents this request form from 0.11 on (`guided_choice`/`guided_json` were deprecated
-then and later removed); the kit serves vLLM 0.32 (versions.env). A server or router that does
+vLLM documents this request form since 0.10.2 (`guided_choice`/`guided_json`, deprecated then,
+were removed in 0.12.0); the kit serves vLLM 0.32 (versions.env). A server or router that does
 not know the field may drop it silently, and then the constraint is not there at all: so
 before any record is sent, `check_servers` asks every endpoint once with a constraint that no
 free answer meets (one choice, a word the prompt does not ask for) and refuses the job with one

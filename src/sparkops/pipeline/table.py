@@ -92,7 +92,9 @@ def write_table(directory: Path, spec: PipelineSpec) -> Path:
     for obj in _lines(directory / "results.jsonl"):
         writer.writerow(row(obj, spec))
     path = directory / TABLE
-    write_atomic(path, buffer.getvalue())
+    # an id with a lone surrogate (kept exactly in results.jsonl, JSON-escaped) reads as
+    # its escape here: the CSV is UTF-8 text
+    write_atomic(path, buffer.getvalue().encode("utf-8", "backslashreplace"))
     return path
 
 
