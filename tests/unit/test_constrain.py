@@ -228,6 +228,10 @@ def test_a_job_from_before_constraining_resumes_unconstrained_only(tmp_path):
         ("choice", 200, {"choices": [{"message": {"content": "Hello!"}}]}, "ignored"),
         ("json", 200, {"choices": [{"message": {"content": '{"fruit": "apple"}'}}]}, "ignored"),
         ("choice", 400, {"error": {"message": "unknown field"}}, "rejected"),
+        # no answer that can tell: left to the job's own outage and no-text rules
+        ("choice", 503, {"error": {"message": "upstream unavailable"}}, None),
+        ("choice", 200, {"choices": [{"message": {"content": None}}]}, None),
+        ("json", 200, {"choices": []}, None),
     ],
 )
 def test_the_probe_verdict(mode, status, data, expected):
