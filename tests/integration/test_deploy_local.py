@@ -9,6 +9,7 @@ address the compose `ports:` mapping would publish, and the env from `environmen
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
 
@@ -27,10 +29,13 @@ from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
 from sparkops.metrics.scrape import fetch_metrics
+from sparkops.pipeline import constrain
 from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
 from sparkops.render.inventory import read_inventory
 from sparkops.render.stack import client_endpoints, plan_stack
+from tests.plugins.cli import batch_run, sparkops
+from tests.plugins.fault_server import ONE_STEP, write_records
 from tests.plugins.inventories import make_inventory
 
 pytestmark = pytest.mark.integration
@@ -146,6 +151,19 @@ def chat(base_url: str, model: str, key: str | None = None, timeout: float = 120
         return json.loads(resp.read())
 
 
+def _probes_through(base_url: str, key: str) -> list[str | None]:
+    """The structured-output probe (pipeline/constrain.py), 4 choice and 2 JSON, through
+    `base_url`: None where the constraint held, else what went wrong."""
+
+    async def probes() -> list[str | None]:
+        headers = {"Authorization": f"Bearer {key}"}
+        async with aiohttp.ClientSession() as session:
+            modes: list[constrain.Mode] = ["choice"] * 4 + ["json"] * 2
+            return [await constrain.probe(session, base_url, "tiny", m, headers) for m in modes]
+
+    return asyncio.run(probes())
+
+
 @pytest.fixture
 def procs() -> Iterator[list[Proc]]:
     started: list[Proc] = []
@@ -220,12 +238,68 @@ def test_data_parallel_pair_behind_litellm(tmp_path, procs):
         assert chat(router.url, "tiny", key)["choices"]
     after = [fetch_metrics(b.url).prompt_tokens for b in backends]
     assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+    # the router passes vLLM's `structured_outputs` on to the replicas: the kit's probe (one
+    # allowed word the prompt does not ask for, a one-value JSON object) is held every time
+    assert _probes_through(router.url, key) == [None] * 6
 
     backends[1].stop()
     time.sleep(12)  # two background health-check intervals: the router notices the loss
     for _ in range(8):
         assert chat(router.url, "tiny", key)["choices"]
     assert fetch_metrics(backends[0].url).prompt_tokens > after[0]
+
+
+def test_the_rendered_router_passes_the_constraint_on_to_the_replicas(
+    tmp_path, procs, fault_server_factory
+):
+    """A constrained pipeline through the kit's own LiteLLM config (drop_params on): the
+    structured-output probe passes, and every record call reaches a replica with its
+    `structured_outputs` field. The replicas are fault servers (they record what arrived)."""
+    base = free_ports(3)
+    inventory = make_inventory(
+        tmp_path / "inv",
+        "data-parallel",
+        vllm_serving_profile="cpu-tiny",
+        vllm_serving_model_dir=str(ensure_tiny_model()),
+        vllm_serving_gpus=False,
+        vllm_serving_bind_address="127.0.0.1",
+        litellm_router_health_check_interval=5,
+    )
+    for i, host in enumerate(("spark-1", "spark-2")):
+        (inventory / "host_vars" / host).mkdir(parents=True)
+        host_vars = {"ansible_host": "127.0.0.1", "vllm_serving_port": base + i}
+        (inventory / "host_vars" / host / "serving.yml").write_text(yaml.safe_dump(host_vars))
+    out = tmp_path / "out"
+    render_inventory(inventory, out)
+    arrived: list[object] = []
+
+    def answer(key: str, body: dict) -> str:
+        if key.startswith("r"):  # a record's call (ids r1..r6), not the kit's check request
+            arrived.append(body.get("structured_outputs"))
+        return "yes"
+
+    replicas = [fault_server_factory(port=base + i) for i in (0, 1)]
+    for replica in replicas:
+        replica.content = answer
+    router = start_rendered_router(out / "spark-1", tmp_path, base + 2)
+    procs.append(router)
+    wait_ready([router], "/health/readiness", timeout=120)
+    key = _read_env_file(out / "spark-1" / "router.env")["LITELLM_MASTER_KEY"]
+    job = {
+        "pipeline": tmp_path / "pipe.yaml",
+        "input": tmp_path / "in.jsonl",
+        "out": tmp_path / "job",
+    }
+    job["pipeline"].write_text(ONE_STEP.replace("    max_tokens: 4\n", ""))
+    write_records(job["input"], 6)
+    proc = sparkops(
+        *batch_run(job, router.url, extra=("--api-key-env", "ROUTER_KEY")),
+        env={**os.environ, "ROUTER_KEY": key},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "6 done, 0 errors" in proc.stdout
+    assert sum(r.probes for r in replicas) == 1  # the probe reached a replica, and held
+    assert arrived == [{"choice": ["yes", "no"]}] * 6
 
 
 def test_data_parallel_over_three_replicas_follows_the_inventory(tmp_path, procs):

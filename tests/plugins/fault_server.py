@@ -563,10 +563,12 @@ class FaultServer(ThreadedServer):
             return await self._perform(request, self.probe_action, _CHECK_KEY, body)
         outputs = body.get("structured_outputs") or {}
         if "choice" in outputs:
-            held = outputs["choice"][0]
-        else:
+            held: str | None = outputs["choice"][0]
+        elif "json" in outputs:
             props = outputs["json"]["properties"]
             held = json.dumps({k: v["enum"][0] for k, v in props.items()})
+        else:  # the field did not arrive (a router dropped it): a free answer
+            held = None
         return self._answer(request.path, _CHECK_KEY, body, ok(held))
 
     async def _perform(

@@ -11,6 +11,8 @@ Fixture: `rewriting_proxy(upstream_url) -> RewritingProxy` (started; stopped aft
   (None: pass through). `fallback_model(name)` and `rewrite_content(text)` build common ones.
 - `proxy.status = 503`: answer every completion request with that status, without forwarding
   (None: forward). /v1/models, /metrics and the rest always pass through.
+- `proxy.drop_fields = ("structured_outputs",)`: request fields taken out of every completion
+  request before it is forwarded (a router that drops what it does not know).
 - `proxy.url`, `proxy.openai_url`; `proxy.forwarded` counts completion requests forwarded.
 """
 
@@ -52,6 +54,7 @@ class RewritingProxy(ThreadedServer):
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
         self.rewrite: Rewrite | None = None
         self.status: int | None = None
+        self.drop_fields: tuple[str, ...] = ()
         self.forwarded = 0
         self._session: aiohttp.ClientSession | None = None
 
@@ -84,6 +87,9 @@ class RewritingProxy(ThreadedServer):
             return web.json_response(err, status=self.status)
         assert self._session is not None
         data = await request.read()
+        if completion and self.drop_fields:
+            body = json.loads(data)
+            data = json.dumps({k: v for k, v in body.items() if k not in self.drop_fields}).encode()
         headers = {k: v for k, v in request.headers.items() if k.lower() in _PASS}
         async with self._session.request(
             request.method, self.upstream + request.path_qs, data=data, headers=headers

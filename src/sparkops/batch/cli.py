@@ -15,6 +15,8 @@ from sparkops.cli import command_family
 from sparkops.errors import JobStopped, UserError
 from sparkops.files import open_private
 from sparkops.jobdir.status import job_status, status_line
+from sparkops.pipeline import table
+from sparkops.pipeline.spec import load_pipeline
 from sparkops.privacy import redact
 
 CRASH_LOG = "crash.log"
@@ -78,7 +80,8 @@ def _crash_line(out: Path, err: Exception) -> str:
 
 
 def _run_job(args: argparse.Namespace) -> int:
-    summary = run_job(job_config(**job_settings(args, "run")))
+    config = job_config(**job_settings(args, "run"))
+    summary = run_job(config)
     rpm = f"{summary.records_per_min:,.0f}" if summary.records_per_min else "-"
     hit = f"{summary.hit_rate:.1%}" if summary.hit_rate is not None else "-"
     print(
@@ -91,6 +94,10 @@ def _run_job(args: argparse.Namespace) -> int:
             f"{summary.out}: finished with {summary.job_errors} record error(s) of "
             f"{summary.job_done + summary.job_errors}; commonest cause ({count}x): {cause}"
         )
+    if config.pipeline is not None:  # results.csv, and the answers that could not be read
+        table.write_table(summary.out, load_pipeline(config.pipeline))
+        if line := table.unparsed_line(summary.out):
+            print(line)
     return summary.exit_status
 
 

@@ -58,6 +58,11 @@ def flatten(start: lines.ServingStart) -> dict[str, str]:
         for key, value in ident.items():
             out[prefix + key] = _text(value)
     out["kit_version"] = _text(start.kit_version)
+    # each step's structured-output mode (pipeline/constrain.py): free text vs constrained
+    constraints = start.context.get("constraints")
+    if isinstance(constraints, dict):
+        for step, mode in constraints.items():
+            out[f"constrained.{step}"] = _text(mode)
     stack = start.stack
     if isinstance(stack, dict):
         for key, value in stack.items():

@@ -3,7 +3,9 @@
 Without --endpoint: the structural checks (the YAML, its routes and prompt files, fixed text
 after a record field, counted in characters), no server needed. With it: the server's own
 /tokenize (real tokenizer and chat template) and its block size from /metrics, so the counts
-are what vLLM will actually see, after checking the server serves the pipeline's `model:`.
+are what vLLM will actually see, after checking the server serves the pipeline's `model:`;
+and it sends the structured-output probe (pipeline/constrain.py) the job sends before its first
+record, so a server that would ignore or reject the constraint is found here, before a job.
 
 Exit status: 0 when checked, warnings included (a warning is advice about prefix reuse, not
 a stopped job: the README's 1 means "stopped, resumable"); 2 for a pipeline or endpoint that
@@ -24,6 +26,7 @@ import aiohttp
 from sparkops import openai_http
 from sparkops.errors import UserError
 from sparkops.openai_http import normalise_base
+from sparkops.pipeline import constrain
 from sparkops.pipeline.check import probe_steps, structure
 from sparkops.pipeline.spec import load_pipeline
 
@@ -57,6 +60,7 @@ async def check_pipeline(
     path: Path, endpoint: str, block_size: int | None = None
 ) -> dict[str, Any]:
     spec = load_pipeline(path)
+    constrain.check_spec(spec)
     base = normalise_base(endpoint)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         if block_size is None:
@@ -88,6 +92,8 @@ async def check_pipeline(
             ) from None
         except openai_http.AnswerError as err:
             raise UserError(f"{base}: {err}; point --endpoint at a vLLM server") from None
+        await constrain.check_servers(session, [base], spec, {}, source=str(path))
+        budget = await constrain.server_budgets(session, base, spec, {})
     warnings = [w for s in steps for w in s.warnings]
     return {
         "pipeline": spec.name,
@@ -100,6 +106,8 @@ async def check_pipeline(
                 "tail_tokens": s.tail_tokens,
                 "fixed_tokens": s.fixed_tokens,
                 "after_record_tokens": s.after_record_tokens,
+                "constrained": constrain.step_mode(spec, spec.step(s.step)),
+                "max_tokens": budget[s.step],
             }
             for s in steps
         ],
@@ -111,6 +119,7 @@ async def check_pipeline(
 def check_structure(path: Path) -> dict[str, Any]:
     """The server-less checks: the validated pipeline and each step's fixed text."""
     spec = load_pipeline(path)
+    constrain.check_spec(spec)
     steps = structure(spec.steps)
     return {
         "pipeline": spec.name,
@@ -127,6 +136,13 @@ def check_structure(path: Path) -> dict[str, Any]:
         ],
         "warnings": [w for s in steps for w in s.warnings],
     }
+
+
+_MODES = {
+    "choice": "held to the choices",
+    "json": "held to the schema",
+    "off": "free text (unconstrained)",
+}
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -153,7 +169,8 @@ def _check(args: argparse.Namespace) -> int:
             print(
                 f"  {s['step']}: shared prefix {s['shared_tokens']} tokens, reusable "
                 f"{s['reusable_tokens']} (whole blocks), tail recomputed every call "
-                f"{s['tail_tokens']}, fixed text after the record {s['after_record_tokens']}"
+                f"{s['tail_tokens']}, fixed text after the record {s['after_record_tokens']}; "
+                f"answers {_MODES[s['constrained']]}, max_tokens {s['max_tokens']}"
             )
         print(f"  block-boundary tail over all steps: {result['tail_tokens_total']} tokens")
     for w in result["warnings"]:

@@ -7,8 +7,8 @@ count plus one (the end token). An extraction step (`extract:`) carries
 `structured_outputs: {"json": schema}` with whitespace off, and room for the longest answer the
 schema allows. `constrain: false` (on the pipeline or a step) sends the old free-text request.
 
-vLLM documents this request form from 0.11 on (`guided_choice`/`guided_json` were deprecated
-then and later removed); the kit serves vLLM 0.32 (versions.env). A server or router that does
+vLLM documents this request form since 0.10.2 (`guided_choice`/`guided_json`, deprecated then,
+were removed in 0.12.0); the kit serves vLLM 0.32 (versions.env). A server or router that does
 not know the field may drop it silently, and then the constraint is not there at all: so
 before any record is sent, `check_servers` asks every endpoint once with a constraint that no
 free answer meets (one choice, a word the prompt does not ask for) and refuses the job with one
@@ -33,7 +33,7 @@ Mode = Literal["choice", "json", "off"]
 # The probe: a single allowed answer the prompt does not ask for. A server that holds the
 # constraint answers exactly it; one that ignores the field answers the prompt.
 PROBE_WORD = "kumquat"
-PROBE_MESSAGES = [{"role": "user", "content": "Reply with OK."}]
+PROBE_MESSAGES = [{"role": "user", "content": "Say hello."}]
 PROBE_SCHEMA = {
     "type": "object",
     "properties": {"fruit": {"type": "string", "enum": [PROBE_WORD]}},
@@ -249,16 +249,24 @@ def probe_body(model: str, mode: Mode) -> dict[str, Any]:
     }
 
 
+# The statuses that say the request itself was refused (the field, or its content).
+REJECTED = (400, 422)
+
+
 def probe_verdict(mode: Mode, status: int, data: Any) -> str | None:
-    """What is wrong with a probe's answer (None: the constraint held)."""
-    if status != 200:
+    """What is wrong with a probe's answer; None when the constraint held, or when the answer
+    cannot tell (a 5xx, an answer without text: an outage or a filter, which the job's own
+    rules meet on the records' calls, retried and then stopped with their own message)."""
+    if status in REJECTED:
         error = data.get("error") if isinstance(data, dict) else None
         message = error.get("message") if isinstance(error, dict) else error or data
         return f"rejected the structured-output constraint (HTTP {status}: {str(message)[:160]})"
     try:
         text = data["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
-        return "answered the probe without a chat message"
+        return None
+    if status != 200 or not isinstance(text, str) or not text:
+        return None
     held = text == PROBE_WORD if mode == "choice" else _json_probe_ok(text)
     if held:
         return None
@@ -267,7 +275,7 @@ def probe_verdict(mode: Mode, status: int, data: Any) -> str | None:
         if mode == "choice"
         else f'asked for {{"fruit": "{PROBE_WORD}"}}'
     )
-    return f"ignored the structured-output constraint ({asked}, it wrote {str(text)[:40]!r})"
+    return f"ignored the structured-output constraint ({asked}, it wrote {text[:40]!r})"
 
 
 def _json_probe_ok(text: Any) -> bool:
@@ -285,7 +293,8 @@ async def probe(
     headers: dict[str, str],
     timeout: float = PROBE_TIMEOUT_S,
 ) -> str | None:
-    """Ask `base` once with a `mode` constraint; what is wrong (None: it held)."""
+    """Ask `base` once with a `mode` constraint; what is wrong (None: it held, or the server
+    gave no answer that can tell: see `probe_verdict`)."""
     try:
         async with (
             asyncio.timeout(timeout),
@@ -298,10 +307,8 @@ async def probe(
             except (ValueError, UnicodeDecodeError):
                 data = None
             return probe_verdict(mode, resp.status, data)
-    except (aiohttp.ClientError, OSError) as err:
-        return f"did not answer the structured-output probe ({type(err).__name__})"
-    except TimeoutError:
-        return f"did not answer the structured-output probe within {timeout:.0f} s"
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return None  # no answer: an outage, which the records' own calls meet (retried)
 
 
 async def check_servers(

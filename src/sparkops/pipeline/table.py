@@ -1,0 +1,120 @@
+"""A pipeline job's results as a table: `results.csv`, one row per finished record.
+
+results.jsonl keeps everything (each step's raw answer, tokens, the model that answered);
+a researcher opens the CSV in a spreadsheet or pandas. Columns: `id`, `status`, `final`,
+then per step of the pipeline, in order, its label (`<step>`), whether that label was read
+from the answer (`<step>.parsed`: false means the answer could not be read and the step's
+default route was taken), and for an extraction step one column per field
+(`<step>.<field>`); `error` last. A step a record never reached is empty. Rebuilt from
+results.jsonl at the end of every `batch run`, so it always matches the journal.
+
+Also here: how many answers could not be read, per step (what `batch run` says at the end).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sparkops.files import write_atomic
+from sparkops.pipeline.spec import PipelineSpec
+
+TABLE = "results.csv"
+
+
+def _lines(results: Path) -> Iterator[dict[str, Any]]:
+    """The complete JSON object lines of results.jsonl (a torn tail is skipped)."""
+    try:
+        handle = results.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def columns(spec: PipelineSpec) -> list[str]:
+    """The CSV's header."""
+    out = ["id", "status", "final"]
+    for step in spec.steps:
+        out += [step.name, f"{step.name}.parsed"]
+        if step.extract is not None:
+            out += [f"{step.name}.{f}" for f in step.extract.field_names]
+    return [*out, "error"]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+def row(obj: dict[str, Any], spec: PipelineSpec) -> dict[str, str]:
+    """One results line as a CSV row."""
+    out = {"id": _cell(obj.get("id")), "status": _cell(obj.get("status"))}
+    out["final"] = _cell(obj.get("final"))
+    out["error"] = _cell(obj.get("error"))
+    for entry in obj.get("steps") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("step"), str):
+            continue
+        name = entry["step"]
+        out[name] = _cell(entry.get("answer"))
+        out[f"{name}.parsed"] = _cell(entry.get("parsed"))
+        fields = entry.get("fields")
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                out[f"{name}.{key}"] = _cell(value)
+    return out
+
+
+def write_table(directory: Path, spec: PipelineSpec) -> Path:
+    """Write `DIR/results.csv` (0600, replaced atomically) from `DIR/results.jsonl`."""
+    header = columns(spec)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=header, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for obj in _lines(directory / "results.jsonl"):
+        writer.writerow(row(obj, spec))
+    path = directory / TABLE
+    # an id with a lone surrogate (kept exactly in results.jsonl, JSON-escaped) reads as
+    # its escape here: the CSV is UTF-8 text
+    write_atomic(path, buffer.getvalue().encode("utf-8", "backslashreplace"))
+    return path
+
+
+def unparsed(results: Path) -> Counter[str]:
+    """Per step, the answers that could not be read (their record took the default route)."""
+    counts: Counter[str] = Counter()
+    for obj in _lines(results):
+        for entry in obj.get("steps") or []:
+            if isinstance(entry, dict) and entry.get("parsed") is False:
+                counts[str(entry.get("step"))] += 1
+    return counts
+
+
+def unparsed_line(directory: Path) -> str | None:
+    """What `batch run` says when some answers could not be read (None: every one was)."""
+    counts = unparsed(directory / "results.jsonl")
+    if not counts:
+        return None
+    per = ", ".join(f"{step} {n}" for step, n in counts.most_common())
+    return (
+        f"{directory}: {sum(counts.values())} answer(s) could not be read and took their step's "
+        f"default route ({per}); `parsed` is false for them in {TABLE} and results.jsonl"
+    )
