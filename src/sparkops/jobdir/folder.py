@@ -116,7 +116,12 @@ class Manifest:
     constraints: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # without constraints (an OpenAI batch file) the manifest is the previous release's
+        # bytes: an older kit reading it back, and tests/unit/test_jobdir_compat.py, see no change
+        data = dataclasses.asdict(self)
+        if data["constraints"] is None:
+            del data["constraints"]
+        return data
 
 
 _MANIFEST = TypeAdapter(Manifest)
