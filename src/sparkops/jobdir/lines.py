@@ -264,7 +264,7 @@ def meta_timings(path: Path) -> Iterator[Timing]:
 @dataclass(slots=True)
 class RunEvent:
     """One line of the job log: a run's start or end, or an endpoint stalled / rejoined
-    (batch/stall.py writes those through `stall.log_event`).
+    (batch/stall.run_event builds those; jobdir/run.JobRun.log writes every event).
 
     The fields after `t` differ per event and stay in `extra`, in the order written (so a
     line reads back to the same bytes); the properties are their typed reading, None where
