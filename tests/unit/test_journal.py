@@ -13,6 +13,7 @@ from sparkops.jobdir import lines
 from sparkops.jobdir.durable import repair_torn_tail
 from sparkops.jobdir.folder import RESULTS, prepare_dir
 from sparkops.jobdir.journal import Journal
+from sparkops.jobdir.status import error_causes
 from tests.plugins.job_dir import manifest
 
 
@@ -97,20 +98,19 @@ def test_errors_are_grouped_by_the_failure_s_typed_cause(tmp_path):
     under its message as written."""
     fixtures = Path(__file__).parent.parent / "fixtures" / "jobdirs"
     pipeline, openai = fixtures / "pipeline", fixtures / "openai"
-    assert lines.error_causes(pipeline / RESULTS, pipeline / "openai-meta.jsonl") == {
+    assert error_causes(pipeline) == {
         "HTTP 400: too long N": 6,
         "line N: no field text": 2,
     }
-    assert lines.error_causes(openai / RESULTS, openai / "openai-meta.jsonl") == {
+    assert error_causes(openai) == {
         "HTTP 400: bad prompt N": 6,
         "timed out": 2,
     }
-    old = tmp_path / RESULTS
-    old.write_text(
+    (tmp_path / RESULTS).write_text(
         '{"id": "a", "status": "error", "error": "HTTP 503", "line": 1}\n'
         '{"id": "b", "status": "done", "final": "x", "error": null, "line": 2}\n'
     )
-    assert lines.error_causes(old, tmp_path / "none.jsonl") == {"HTTP 503": 1}
+    assert error_causes(tmp_path) == {"HTTP 503": 1}
     assert [o.cause for o in lines.outcomes(pipeline / RESULTS) if not o.ok][:1] == [
         "HTTP 400: too long N"
     ]

@@ -39,9 +39,10 @@ from sparkops.batch.stall import StallChange
 from sparkops.batch.workload import Workload, workload_for
 from sparkops.errors import Interrupted, JobStopped, UserError
 from sparkops.jobdir import lines
-from sparkops.jobdir.folder import META, RESULTS, Manifest, check_out_dir
+from sparkops.jobdir.folder import Manifest, check_out_dir
 from sparkops.jobdir.journal import Journal
 from sparkops.jobdir.run import JobRun
+from sparkops.jobdir.status import error_causes
 from sparkops.pipeline.spec import load_pipeline
 
 # The preflight's own requests are bounded: /v1/models must answer within this, and the
@@ -334,9 +335,7 @@ def _summary(cfg: JobConfig, total: int, st: Stats, elapsed: float, job: JobRun)
         resumed=job.resumed,
         job_done=job.journal.done_ok,
         job_errors=job.journal.done_err,
-        causes=lines.error_causes(cfg.out / RESULTS, cfg.out / META).most_common()
-        if job.journal.done_err
-        else [],
+        causes=error_causes(cfg.out).most_common() if job.journal.done_err else [],
     )
 
 

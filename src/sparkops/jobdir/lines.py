@@ -23,7 +23,6 @@ Keys: a record is keyed by its id (a string); an input line without a readable i
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,9 +95,7 @@ class Outcome:
     error: str | None  # the recorded error message (None for a success)
     error_kind: str | None  # RECORD_ERROR, another kind, or None (a success, an older line)
     final: str | None  # a pipeline's decision (None for OpenAI lines and errors)
-    # the failure's cause (`failure.cause`) an error line carries; None for a success, an
-    # OpenAI line (its cause is in the meta line) and a line from before failures were typed
-    cause: str | None = None
+    cause: str | None = None  # `failure.cause`; None: a success, OpenAI (meta line), older
 
     @property
     def record_error(self) -> bool:
@@ -119,7 +116,7 @@ def outcome(obj: dict[str, Any]) -> Outcome:
             None if ok else str(obj.get("error") or "error"),
             None if ok or not isinstance(kind, str) else kind,
             str(obj["final"]) if ok and obj.get("final") is not None else None,
-            None if ok else _cause(obj.get("failure")),
+            None if ok else failure_cause(obj.get("failure")),
         )
     rid = obj.get("custom_id")
     if rid is not None:
@@ -131,25 +128,10 @@ def outcome(obj: dict[str, Any]) -> Outcome:
     return Outcome(key, ok, None if ok else _openai_error(obj), None, None)
 
 
-def _cause(failure: Any) -> str | None:
+def failure_cause(failure: Any) -> str | None:
+    """The `cause` of a line's `failure` object (None: no failure, or an older line)."""
     cause = failure.get("cause") if isinstance(failure, dict) else None
     return cause if isinstance(cause, str) else None
-
-
-def error_causes(results: Path, meta: Path) -> Counter[str]:
-    """Every error line of a job (all runs) by its failure's cause, as the engine typed it
-    (`failure.cause`: numbers masked, so one cause is not many): a pipeline line carries it,
-    an OpenAI line's meta line does. A line without one (written before failures were
-    typed, or whose meta line a kill lost) counts under its error message as written."""
-    meta_causes: dict[Key, str] = {}
-    for obj in iter_json_lines(meta):
-        if (cause := _cause(obj.get("failure"))) is not None:
-            meta_causes[record_key(obj.get("custom_id"), _int(obj.get("line")))] = cause
-    causes: Counter[str] = Counter()
-    for result in outcomes(results):
-        if result.error is not None:
-            causes[result.cause or meta_causes.get(result.key) or result.error] += 1
-    return causes
 
 
 def succeeded(obj: dict[str, Any]) -> bool:
@@ -282,7 +264,7 @@ def meta_timings(path: Path) -> Iterator[Timing]:
 @dataclass(slots=True)
 class RunEvent:
     """One line of the job log: a run's start or end, or an endpoint stalled / rejoined
-    (batch/stall.py writes those through `stall.log_event`).
+    (batch/stall.run_event builds those; jobdir/run.JobRun.log writes every event).
 
     The fields after `t` differ per event and stay in `extra`, in the order written (so a
     line reads back to the same bytes); the properties are their typed reading, None where

@@ -8,10 +8,12 @@ record's; `remaining` are records with no line yet (a resume sends them).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkops.jobdir import lines
+from sparkops.jobdir.durable import iter_json_lines
 from sparkops.jobdir.folder import JobDir, load_manifest, lock_holder
 
 
@@ -110,3 +112,23 @@ def status_line(directory: Path, st: JobStatus) -> str:
     if st.errors:
         line += "; `sparkops batch run ... --retry-errors` sends the errors again"
     return line
+
+
+def error_causes(directory: Path) -> Counter[str]:
+    """Every error line of a job (all runs) by its failure's cause, as the engine typed it
+    (`failure.cause`: numbers masked, so one cause is not many): a pipeline line carries it,
+    an OpenAI line's meta line does. A line without one (written before failures were
+    typed, or whose meta line a kill lost) counts under its error message as written.
+    What the run summary names as the commonest cause."""
+    job = JobDir(directory)
+    meta_causes: dict[lines.Key, str] = {}
+    for obj in iter_json_lines(job.meta):
+        if (cause := lines.failure_cause(obj.get("failure"))) is not None:
+            line = obj.get("line")
+            number = line if isinstance(line, int) and not isinstance(line, bool) else 0
+            meta_causes[lines.record_key(obj.get("custom_id"), number)] = cause
+    causes: Counter[str] = Counter()
+    for result in lines.outcomes(job.results):
+        if result.error is not None:
+            causes[result.cause or meta_causes.get(result.key) or result.error] += 1
+    return causes

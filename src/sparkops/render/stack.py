@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -27,6 +27,7 @@ from sparkops.render import envfile
 from sparkops.render.command import native_parallel_flags, ray_parallel_flags, serve_command
 from sparkops.render.inventory import Inventory
 from sparkops.render.master_key import ENV_NAME as MASTER_KEY_ENV
+from sparkops.render.services import RayService, RouterBackend, RouterService, VllmService
 from sparkops.render.settings import (
     TOPOLOGY_OF,
     RayVars,
@@ -44,54 +45,6 @@ CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 KIT_IMAGES = {"gb10": "sparkops/vllm:gb10", "cpu": "sparkops/vllm:cpu"}
 ROUTER_IMAGE = "sparkops/litellm:local"
 SERVING_GROUP = "sparks"
-
-
-class VllmService(TypedDict):
-    """The vLLM container of one host, as the compose template renders it."""
-
-    image: str
-    command: list[str]
-    env: dict[str, str]
-    network_host: bool
-    ports: list[str]
-    gpus: bool
-    hf_cache: str
-    model_dir: str
-    extra_volumes: list[str]
-    memlock: int | None
-    health_url: str
-    start_period: int
-    rdma: bool
-
-
-class RouterBackend(TypedDict):
-    host: str
-    api_base: str
-
-
-class RouterService(TypedDict):
-    """The LiteLLM router of a data-parallel stack (on its first host)."""
-
-    settings: RouterVars
-    model_name: str
-    served_model_name: str
-    backends: list[RouterBackend]
-    api_key: bool
-    master_key: str
-    env: dict[str, str]
-
-
-class RayService(TypedDict):
-    """One host's part of a pipeline-parallel stack (Ray, or vLLM's native multi-node)."""
-
-    backend: Literal["ray", "mp"]
-    role: str
-    settings: RayVars
-    head_address: str
-    head_port: int
-    address: str
-    nodes: int
-    wait_timeout: int
 
 
 @dataclass
