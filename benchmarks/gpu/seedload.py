@@ -183,9 +183,11 @@ async def reset_prefix_cache(endpoint: str) -> int:
     ServerDisconnectedError ended a run). Returns the status, or -1 after three tries."""
     for _ in range(3):
         try:
-            async with aiohttp.ClientSession() as fresh:
-                async with fresh.post(endpoint + "/reset_prefix_cache") as r:
-                    return r.status
+            async with (
+                aiohttp.ClientSession() as fresh,
+                fresh.post(endpoint + "/reset_prefix_cache") as r,
+            ):
+                return r.status
         except aiohttp.ClientError:
             await asyncio.sleep(1)
     return -1
@@ -200,7 +202,7 @@ async def main() -> None:
     ap.add_argument("--warm", type=float, default=20.0)
     ap.add_argument("--shared", type=int, default=1330)
     ap.add_argument("--choice", action="store_true")
-    ap.add_argument("--max-tokens", type=int, default=0, help="every call this many (0: the spread)")
+    ap.add_argument("--max-tokens", type=int, default=0, help="every call (0: the spread)")
     ap.add_argument("--tag", default="seed")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()

@@ -348,7 +348,7 @@ def check_against(
 
 
 def run_memory(args: argparse.Namespace) -> int:
-    if args.profile is None and args.prompt_tokens is None:
+    if args.profile is None and args.prompt_tokens is None and args.kv_cache_gib is None:
         config, folder = load_config(args.config)
         weights = args.weights_gb if args.weights_gb is not None else weights_gb_beside(folder)
         plan = plan_memory(
