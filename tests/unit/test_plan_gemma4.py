@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkops.plan import cli
-from sparkops.plan.shapes import LayerGroup, shape_from_config, shipped_shape
+from sparkops.plan.shapes import LayerGroup, engine_layout, shape_from_config, shipped_shape
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "gemma4-12b"
 SERVED = (
@@ -69,3 +69,17 @@ def test_config_without_prompt_tokens_honours_kv_cache_gib(tmp_path, capsys):
     assert run(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["kv_cache_bytes"] == 60 * 2**30
+
+
+def test_engine_layout_is_what_vllm_reported():
+    """Gemma 4 at the seed's 60 GiB FP8 (served 2026-12-03, vLLM 0.26): six groups, 122,880
+    blocks, 373,796 tokens, 45.63x; the Llama-8B-shaped runs of 2026-12-01: 983,040 tokens."""
+    gemma = shape_from_config(json.loads((FIXTURES / "config.json").read_text()))
+    args = dict(width=1, kv_cache_bytes=60 * 2**30, max_model_len=8192)
+    layout = engine_layout(gemma, max_num_batched_tokens=32768, **args)
+    assert layout.groups == ((8, 16, 1024),) * 5 + ((8, 64, None),)
+    assert (layout.page_bytes, layout.num_blocks) == (65_536, 122_880)
+    assert layout.reported_tokens == 373_796
+    assert layout.max_concurrency == pytest.approx(45.629, abs=1e-3)
+    llama = shipped_shape("/tmp/w/model")
+    assert engine_layout(llama, max_num_batched_tokens=32768, **args).reported_tokens == 983_040

@@ -182,3 +182,57 @@ def _hybrid_block_size(groups: tuple[LayerGroup, ...], base: int = 16) -> int:
     largest = max(per_token)
     sizes = [base * largest // p if largest % p == 0 else base for p in per_token]
     return math.lcm(*sizes)
+
+
+class EngineLayout(BaseModel):
+    """The KV-cache layout vLLM builds for a shape (vLLM 0.26's kv_cache_utils, read for the
+    served check of 2026-12-03): one block pool, groups of equal layer count, one page size."""
+
+    model_config = ConfigDict(frozen=True)
+
+    groups: tuple[tuple[int, int, int | None], ...]  # (layers, block_size, window) per group
+    page_bytes: int  # per block and layer, the same in every group
+    num_blocks: int
+    reported_tokens: int  # vLLM's "GPU KV cache size": max concurrency x max_model_len
+    max_concurrency: float
+
+
+def engine_layout(
+    shape: ModelShape,
+    *,
+    width: int,
+    kv_cache_bytes: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    base_block: int = 16,
+) -> EngineLayout:
+    """What vLLM reports at start for `shape`: pages unified by growing the smaller pages'
+    block size; layers of one kind split into groups of the smallest kind's layer count
+    (the largest's when it is under 1.5x: padding); one pool of kv_cache_bytes / (page x
+    group size) blocks; a request charged every group's blocks at max_model_len, a sliding
+    group at most (window - 1 + batched tokens) tokens plus one block."""
+    per_token = [2 * g.kv_heads * g.head_dim * width for g in shape.groups]
+    page = base_block * max(per_token)
+    counts = [g.layers for g in shape.groups]
+    group_size = min(counts) if max(counts) >= 1.5 * min(counts) else max(counts)
+    groups: list[tuple[int, int, int | None]] = []
+    per_request_blocks = 0
+    for g, bytes_per_token in zip(shape.groups, per_token, strict=True):
+        block = base_block * max(per_token) // bytes_per_token
+        tokens = max_model_len
+        extra = 0
+        if g.window is not None:
+            tokens = min(g.window - 1 + max_num_batched_tokens, max_model_len)
+            extra = 1
+        for _ in range(math.ceil(g.layers / group_size)):
+            groups.append((group_size, block, g.window))
+            per_request_blocks += -(-tokens // block) + extra
+    num_blocks = kv_cache_bytes // (page * group_size)
+    concurrency = num_blocks / per_request_blocks
+    return EngineLayout(
+        groups=tuple(groups),
+        page_bytes=page,
+        num_blocks=num_blocks,
+        reported_tokens=int(concurrency * max_model_len),
+        max_concurrency=concurrency,
+    )
