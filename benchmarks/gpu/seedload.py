@@ -177,6 +177,22 @@ def window_summary(lv: Level, samples: list[dict], a: float, b: float, shared: i
     }
 
 
+async def reset_prefix_cache(endpoint: str) -> int:
+    """Empty the prefix cache (VLLM_SERVER_DEV_MODE=1) on a connection of its own: after a
+    level's drain the server may close the pooled keep-alive connections (seen 2026-12-03:
+    ServerDisconnectedError ended a run). Returns the status, or -1 after three tries."""
+    for _ in range(3):
+        try:
+            async with (
+                aiohttp.ClientSession() as fresh,
+                fresh.post(endpoint + "/reset_prefix_cache") as r,
+            ):
+                return r.status
+        except aiohttp.ClientError:
+            await asyncio.sleep(1)
+    return -1
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--endpoint", default="http://127.0.0.1:8000")
@@ -186,7 +202,7 @@ async def main() -> None:
     ap.add_argument("--warm", type=float, default=20.0)
     ap.add_argument("--shared", type=int, default=1330)
     ap.add_argument("--choice", action="store_true")
-    ap.add_argument("--max-tokens", type=int, default=0, help="every call this many (0: the spread)")
+    ap.add_argument("--max-tokens", type=int, default=0, help="every call (0: the spread)")
     ap.add_argument("--tag", default="seed")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
@@ -199,8 +215,7 @@ async def main() -> None:
         connector=conn, timeout=aiohttp.ClientTimeout(total=900)
     ) as session:
         for i, n in enumerate(int(x) for x in a.levels.split(",")):
-            async with session.post(a.endpoint + "/reset_prefix_cache") as r:
-                reset = r.status
+            reset = await reset_prefix_cache(a.endpoint)
             lv = Level(a, n, prefixes, seed=1000 + i)
             samples: list[dict] = []
             stop = asyncio.Event()

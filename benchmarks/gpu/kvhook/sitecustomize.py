@@ -16,8 +16,16 @@ _TARGET = "vllm.v1.core.kv_cache_utils"
 
 
 def _describe(spec):
-    keys = ("block_size", "page_size_bytes", "sliding_window", "num_kv_heads", "head_size",
-            "head_size_v", "dtype", "attention_chunk_size")
+    keys = (
+        "block_size",
+        "page_size_bytes",
+        "sliding_window",
+        "num_kv_heads",
+        "head_size",
+        "head_size_v",
+        "dtype",
+        "attention_chunk_size",
+    )
     out = {"spec": type(spec).__name__}
     for k in keys:
         v = getattr(spec, k, None)
@@ -35,8 +43,11 @@ def _patch(mod):
             "available_memory": available_memory,
             "num_blocks": cfg.num_blocks,
             "groups": [
-                {**_describe(g.kv_cache_spec), "layers": len(g.layer_names),
-                 "first_layer": g.layer_names[0] if g.layer_names else None}
+                {
+                    **_describe(g.kv_cache_spec),
+                    "layers": len(g.layer_names),
+                    "first_layer": g.layer_names[0] if g.layer_names else None,
+                }
                 for g in kv_cache_groups
             ],
             "tensors": len(cfg.kv_cache_tensors),

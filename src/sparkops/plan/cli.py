@@ -37,7 +37,14 @@ from sparkops.plan.guard import (
 )
 from sparkops.plan.memory import GB, GIB, dtype_bytes, plan_memory
 from sparkops.plan.prefix import plan_shared_prefix
-from sparkops.plan.shapes import ModelShape, kv_dtype_of, profile_shape, shape_from_config
+from sparkops.plan.shapes import (
+    EngineLayout,
+    ModelShape,
+    engine_layout,
+    kv_dtype_of,
+    profile_shape,
+    shape_from_config,
+)
 from sparkops.plan.tables import (
     print_decode,
     print_guard,
@@ -459,7 +466,7 @@ def check_against(
 
 
 def run_memory(args: argparse.Namespace) -> int:
-    if args.profile is None and args.prompt_tokens is None:
+    if args.profile is None and args.prompt_tokens is None and args.kv_cache_gib is None:
         config, folder = load_config(args.config)
         weights = args.weights_gb if args.weights_gb is not None else weights_gb_beside(folder)
         plan = plan_memory(
@@ -488,7 +495,46 @@ def run_memory(args: argparse.Namespace) -> int:
         prefixes=args.prefixes,
         kv_dtype=kv_dtype,
     )
-    return _show(shared, print_shared_prefix, as_json=args.json)
+    max_len, batched = args.context, 8192  # vLLM's own default batch for a --config
+    if args.profile is not None:
+        from sparkops.profiles import load_profile
+
+        vllm_args = load_profile(args.profile).vllm
+        max_len, batched = vllm_args.max_model_len, vllm_args.max_num_batched_tokens or batched
+    layout = engine_layout(
+        shape,
+        width=dtype_bytes(kv_dtype),
+        kv_cache_bytes=kv_bytes,
+        max_model_len=max_len,
+        max_num_batched_tokens=batched,
+    )
+    return _show(_WithLayout(shared, layout), _print_with_layout, as_json=args.json)
+
+
+class _WithLayout:
+    """A shared-prefix plan and the KV-cache layout vLLM will report at start for it."""
+
+    def __init__(self, plan: Any, layout: EngineLayout) -> None:
+        self.plan, self.layout = plan, layout
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(self.plan.as_dict())
+        out["engine_kv_tokens"] = self.layout.reported_tokens
+        out["engine_blocks"] = self.layout.num_blocks
+        out["engine_groups"] = [list(g) for g in self.layout.groups]
+        return out
+
+
+def _print_with_layout(both: _WithLayout, console: Console) -> None:
+    print_shared_prefix(both.plan, console)
+    lay = both.layout
+    sizes = sorted({g[1] for g in lay.groups})
+    console.print(
+        f"vLLM will report {lay.reported_tokens:,} KV-cache tokens ({lay.max_concurrency:.2f}x "
+        f"at full context): {lay.num_blocks:,} blocks in {len(lay.groups)} group(s) of "
+        f"{', '.join(map(str, sizes))}-token blocks; that is its worst case per request, not "
+        "what the shared prompts above hold."
+    )
 
 
 def model_source(args: argparse.Namespace) -> tuple[ModelShape, str, int | None]:
