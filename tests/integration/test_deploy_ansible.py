@@ -53,7 +53,9 @@ def test_ansible_filter_writes_what_sparkops_render_writes(tmp_path, topology):
     cli_out, ansible_out = tmp_path / "cli", tmp_path / "ansible"
     key = "sk-" + "k" * 40
     hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
-    for host, hvars in hosts["all"]["children"]["sparks"]["hosts"].items():
+    sparks = hosts["all"]["children"]["sparks"]
+    group = sparks["children"]["spark_pair"] if "children" in sparks else sparks  # a pair
+    for host, hvars in group["hosts"].items():
         hvars["ansible_connection"] = "local"
         hvars["ansible_python_interpreter"] = sys.executable
         (ansible_out / host).mkdir(parents=True)

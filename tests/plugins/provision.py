@@ -22,7 +22,8 @@ from tests.plugins.hosts import Host, inventory, put_fixture, set_gpu_state
 from tests.plugins.playbook import PlaybookRun, run_playbook, start_playbook
 
 JOB_USER = "researcher"
-# The kit names no package host; a user sets NVIDIA's URLs. Check mode only renders them.
+# The role defaults to NVIDIA's public repository; the tests name an .invalid host instead, so
+# nothing is fetched from NVIDIA (check mode only renders them).
 NVIDIA_REPO = "https://nvidia-repo.invalid/stable/deb"
 
 # Deliberate limits of a test host: Debian 12 has no compose v2 package, so

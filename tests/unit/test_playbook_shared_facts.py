@@ -108,6 +108,10 @@ def test_a_misspelt_role_variable_stops_the_playbook_before_any_host(
     assert run.rc != 0
     assert "vllm_serving_prot is not a variable of the role vllm_serving" in run.stdout
     assert "did you mean vllm_serving_port?" in run.stdout
-    assert "spark-1" not in run.recap  # no task ran on the host
+    # No task ran on the host: the check runs once, delegated to the controller (it is
+    # attributed to a host of the run so that --limit cannot skip it), and nothing after it.
+    assert run.recap["spark-1"].ok == 0 and run.recap["spark-1"].changed == 0
+    assert "fatal: [spark-1 -> localhost]" in run.stdout
+    assert run.stdout.count("PLAY [") == 1  # only the inventory check's play started
     assert "Traceback" not in run.output
     assert time.monotonic() - started < 120
