@@ -82,3 +82,16 @@ def test_memory_and_guard_print_their_formula_and_the_notes_figure() -> None:
                      timeout=120, env=NO_COLUMNS)  # fmt: skip
     assert guard.returncode == 0, guard.stderr
     assert "a 60 GiB KV cache started beside the FP8 weights and 64 GiB did not" in guard.stdout
+
+
+def test_memory_by_config_prints_its_formula(tmp_path) -> None:
+    config = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "hidden_size": 4096}))
+    done = sparkops("plan", "memory", "--config", str(tmp_path), "--weights-gb", "16",
+                    timeout=120, env=NO_COLUMNS)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        "Formula: KV bytes a token = 2 (K, V) x layers x KV heads x head dim x dtype bytes = "
+        "65,536; KV cache = memory - weights = 112.64 - 16.00 GB; tokens that fit = KV cache / "
+        "KV bytes a token = 1,474,609."
+    ) in done.stdout

@@ -151,6 +151,16 @@ def print_memory(plan: MemoryPlan, console: Console) -> None:
     table.add_row("--max-num-seqs", str(plan.max_num_seqs))
     table.add_row("needs expandable_segments", "yes" if plan.needs_expandable_segments else "no")
     console.print(table)
+    console.print(
+        f"Formula: KV bytes a token = 2 (K, V) x layers x KV heads x head dim x dtype bytes = "
+        f"{plan.kv_bytes_per_token:,}; KV cache = memory - weights = "
+        f"{plan.memory_bytes / GB:,.2f} - {plan.weights_bytes / GB:,.2f} GB; tokens that fit = "
+        f"KV cache / KV bytes a token = {plan.tokens_that_fit:,}. The sizing guide's table "
+        "(e.g. Llama-3.1-8B: 0.07 MB a token, ~46k tokens a session at 32 sessions) is "
+        "reproduced by tests/unit/test_plan_memory.py.",
+        markup=False,
+        highlight=False,
+    )
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
 
