@@ -45,6 +45,7 @@ def _run(url: str, pipeline: Path, notes: Path, out: Path, concurrency: int) -> 
     argv = [
         *SPARKOPS, "batch", "run", "--pipeline", str(pipeline), "--input", str(notes),
         "--out", str(out), "--endpoint", url, "--concurrency", str(concurrency), "--no-progress",
+        "--stall-after", "900",  # a 2-core machine shared with other agents can pause that long
     ]  # fmt: skip
     t0 = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True)

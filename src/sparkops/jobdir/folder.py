@@ -204,7 +204,7 @@ def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
                     "--restart (old files kept under DIR/previous-<time>/)"
                 )
             old = {} if restart else current
-        changed = [k for k in _IDENTITY if not _same(k, old.get(k), current[k])]
+        changed = [k for k in _IDENTITY if not _same(k, old.get(k), current.get(k))]
         if not changed and not restart:
             if old is current or old != current:  # unreadable, or the input's stamp moved
                 write_json_atomic(path, current)

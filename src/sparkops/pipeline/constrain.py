@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -40,11 +41,12 @@ PROBE_SCHEMA = {
     "required": ["fruit"],
     "additionalProperties": False,
 }
-# How long one probe or /tokenize call may take unless the caller says (the job passes its
-# pre-flight bound): the server compiles the probe's grammar first, seconds on a busy CPU.
-PROBE_TIMEOUT_S = 60.0
+# How long one /tokenize call may take unless the caller says (the job passes its pre-flight
+# bound), and one probe at least: the server compiles the probe's grammar first, and a CPU
+# server shared with other work has taken over 30 s to answer it.
+PROBE_TIMEOUT_S = 120.0
 # Room a free answer to the probe gets (enough to show what the server wrote instead).
-PROBE_MAX_TOKENS = 16
+PROBE_MAX_TOKENS = {"choice": 8, "json": 24}
 # Extra tokens an extraction answer gets over its longest instance (a tokenizer may split
 # a value where the instance's text did not).
 JSON_MARGIN = 8
@@ -73,7 +75,7 @@ def structured_outputs(spec: PipelineSpec, step: StepSpec) -> dict[str, Any] | N
         return {"choice": list(step.parse.choices)}
     if mode == "json":
         assert step.extract is not None
-        return {"json": step.extract.answer_schema, "disable_any_whitespace": True}
+        return {"json": step.extract.answer_schema}
     return None
 
 
@@ -145,7 +147,7 @@ def max_tokens(spec: PipelineSpec, step: StepSpec, count: Callable[[str], int]) 
     if bound is None:  # refused by `check_spec` before a job runs
         raise UserError(_unbounded_message(step))
     instance, chars = bound
-    return count(json.dumps(instance)) + chars + JSON_MARGIN
+    return count(json.dumps(instance, indent=2)) + chars + JSON_MARGIN
 
 
 def check_spec(spec: PipelineSpec) -> None:
@@ -216,7 +218,7 @@ def _answer_texts(spec: PipelineSpec) -> list[str]:
         if step.parse is not None and step_mode(spec, step) != "off":
             texts.extend(step.parse.choices)
         elif step.extract is not None and (bound := longest_instance(step.extract.answer_schema)):
-            texts.append(json.dumps(bound[0]))
+            texts.append(json.dumps(bound[0], indent=2))
     return texts
 
 
@@ -236,14 +238,12 @@ async def server_budgets(
 def probe_body(model: str, mode: Mode) -> dict[str, Any]:
     """The probe request for one kind of constraint."""
     outputs: dict[str, Any] = (
-        {"choice": [PROBE_WORD]}
-        if mode == "choice"
-        else {"json": PROBE_SCHEMA, "disable_any_whitespace": True}
+        {"choice": [PROBE_WORD]} if mode == "choice" else {"json": PROBE_SCHEMA}
     )
     return {
         "model": model,
         "messages": PROBE_MESSAGES,
-        "max_tokens": PROBE_MAX_TOKENS,
+        "max_tokens": PROBE_MAX_TOKENS[mode],
         "temperature": 0,
         "structured_outputs": outputs,
     }
@@ -294,7 +294,9 @@ async def probe(
     timeout: float = PROBE_TIMEOUT_S,
 ) -> str | None:
     """Ask `base` once with a `mode` constraint; what is wrong (None: it held, or the server
-    gave no answer that can tell: see `probe_verdict`)."""
+    gave no answer that can tell: see `probe_verdict`). No answer at all within `timeout`
+    (at least PROBE_TIMEOUT_S) is said as a warning, and the job's own rules meet it."""
+    timeout = max(timeout, PROBE_TIMEOUT_S)
     try:
         async with (
             asyncio.timeout(timeout),
@@ -307,8 +309,15 @@ async def probe(
             except (ValueError, UnicodeDecodeError):
                 data = None
             return probe_verdict(mode, resp.status, data)
-    except (aiohttp.ClientError, OSError, TimeoutError):
-        return None  # no answer: an outage, which the records' own calls meet (retried)
+    except (aiohttp.ClientError, OSError, TimeoutError) as err:
+        why = f"within {timeout:.0f} s" if isinstance(err, TimeoutError) else type(err).__name__
+        print(
+            f"sparkops: warning: {base} gave no answer to the structured-output probe ({why}), "
+            "so the constraint is not checked; answers that cannot be read take their step's "
+            "default route and are counted",
+            file=sys.stderr,
+        )
+        return None
 
 
 async def check_servers(
