@@ -103,6 +103,7 @@ def test_preflight_passes_and_fails_for_the_right_reasons(systemd_host, vllm_ser
     with relay(bridge, ("127.0.0.1", vllm_server.port)) as port:
         check_preflight(tmp_path, host, f"http://{bridge}:{port}")
         check_old_gpu_threshold_is_refused(tmp_path)
+        check_restart_on_a_host_never_deployed(tmp_path, host)
         check_status(tmp_path, host, f"http://{bridge}:{port}")
 
 
@@ -117,6 +118,17 @@ def check_old_gpu_threshold_is_refused(tmp_path: Path) -> None:
     assert run.rc != 0
     assert "sparkops_preflight_min_sm_clock_mhz is gone" in run.output
     assert "host_tuning_gpu_check_stuck_max_mhz" in run.output
+    assert "Traceback" not in run.output
+
+
+def check_restart_on_a_host_never_deployed(tmp_path: Path, host) -> None:
+    """Issue 34 item 8: restart.yml on a Spark never deployed said only "Could not find the
+    requested service ...". It says the stack was never deployed and what to run."""
+    run = run_playbook("restart.yml", tmp_path / "inventory.yml", timeout=300)
+    assert run.rc != 0
+    assert f"{host.name} has no serving stack to restart: it was never deployed" in run.text
+    assert "ansible/playbooks/deploy.yml" in run.text
+    assert "Could not find the requested service" not in run.output
     assert "Traceback" not in run.output
 
 
@@ -159,6 +171,11 @@ def check_preflight(tmp_path: Path, host, url: str) -> None:
         "sparkops_preflight_output_dir": "/var/lib/sparkops/jobs",
     }
 
+    # The deploy's stack record, its vLLM command running at most 128 sequences at a time.
+    record = json.dumps({"command": ["vllm", "serve", "/models/m", "--max-num-seqs", "128"]})
+    host.exec(
+        "mkdir -p /etc/sparkops && cat > /etc/sparkops/stack-record.json", input=record, check=True
+    )
     # Healthy: GPU busy at full clocks, room in the cache and on disk. The page cache cannot
     # be dropped from inside a container (read-only /proc/sys), so that step is switched off.
     rc, summary, out = run_preflight(
@@ -181,6 +198,7 @@ def check_preflight(tmp_path: Path, host, url: str) -> None:
     assert by_name["prefix_caching_hash_algo"]["detail"] == "server reports xxhash"
     assert by_name["page_cache_dropped"]["detail"] == "disabled"
     assert by_name["vllm_answers"]["detail"].startswith("tiny answered ")
+    assert "is above the server's --max-num-seqs" not in out  # 8 fits in 128
 
     # Unfit: GPU stuck at ~1 GHz / 22 W under load, a concurrency the cache cannot hold, not
     # enough disk, and a page-cache drop the container refuses.
@@ -210,6 +228,9 @@ def check_preflight(tmp_path: Path, host, url: str) -> None:
     assert "sparkops plan memory" in failed["kv_cache_headroom"]["fix"]
     assert all(c["fix"] for c in failed.values())
     assert "kv_cache_headroom" in out  # the failure message names the failed checks
+    # Issue 34 item 7: the batch client's own sentence on a concurrency above --max-num-seqs.
+    assert "warning: --concurrency 1000000 is above the server's --max-num-seqs 128" in out
+    host.exec(["rm", "/etc/sparkops/stack-record.json"], check=True)  # status.yml reads none
 
 
 @pytest.mark.timeout(900)

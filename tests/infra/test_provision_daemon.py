@@ -84,6 +84,7 @@ class Walk:
     untouched: dict[str, bool]
     malformed: PlaybookRun
     malformed_after: str
+    read_only: PlaybookRun
     converge: PlaybookRun
     holder_rc: int | None
     granted: dict[str, bool]
@@ -154,6 +155,16 @@ def walk(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFac
     malformed_after = host.exec(["cat", "/etc/docker/daemon.json"], check=True).stdout
     host.exec(["rm", "/etc/docker/daemon.json"], check=True)
 
+    # A read-only /etc/docker (issue 34 item 9): refused before any change, naming the mount
+    # point to remount, instead of the copy module's bare "not writable".
+    host.exec("mount -t tmpfs -o ro tmpfs /etc/docker", check=True)
+    try:
+        read_only = provision(
+            two, *TAGS, "-e", '{"container_runtime_daemon_options": {"log-driver": "local"}}'
+        )
+    finally:
+        host.exec(["umount", "/etc/docker"], check=True)
+
     # A third-party source that no longer answers beside Debian's, which does: it is named,
     # and the packages Debian offers still install.
     host.exec(
@@ -193,6 +204,7 @@ def walk(systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFac
         untouched,
         malformed,
         malformed_after,
+        read_only,
         converge,
         holder_rc,
         granted,
@@ -225,6 +237,17 @@ def test_a_malformed_daemon_json_is_refused_naming_the_place_and_kept(walk: Walk
         " name enclosed in double quotes at line 3, column 1. The role will not overwrite it"
     ) in run.text
     assert walk.malformed_after == MALFORMED
+
+
+def test_a_read_only_docker_folder_is_refused_with_the_mount_to_remount(walk: Walk) -> None:
+    run = walk.read_only
+    assert run.rc != 0 and run.changed == 0, run.output[-4000:]
+    assert "Traceback" not in run.output and "not writable" not in run.output
+    assert (
+        f"/etc/docker on {walk.host.name} cannot be written (its filesystem, mounted at"
+        " /etc/docker, is read-only)"
+    ) in run.text
+    assert "`mount -o remount,rw /etc/docker`" in run.text
 
 
 def test_a_converge_waits_for_another_apt_past_apt_s_own_wait(walk: Walk) -> None:

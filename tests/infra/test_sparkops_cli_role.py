@@ -293,10 +293,17 @@ def test_a_venv_without_pip_is_rebuilt_and_one_that_cannot_be_made_says_why(
         assert "-m venv /mnt/full/venv` failed on" in full.text
         assert "/mnt/full/venv is full (0 MiB free before the venv was made" in full.text
         assert host.exec("test -e /mnt/full/venv").returncode != 0  # nothing half-made left
-        noexec = provision(installed.inventory, *TAGS, "-e", "sparkops_cli_venv=/mnt/noexec/v")
+        # A folder inside the noexec filesystem: the fix remounts its mount point, not the
+        # folder (issue 34 item 9).
+        host.exec("mkdir -p /mnt/noexec/sub", check=True)
+        noexec = provision(installed.inventory, *TAGS, "-e", "sparkops_cli_venv=/mnt/noexec/sub/v")
         assert noexec.rc != 0
-        assert "/mnt/noexec/v is on a filesystem mounted noexec (/mnt/noexec is)" in noexec.text
-        assert host.exec("test -e /mnt/noexec/v").returncode != 0
+        assert (
+            "/mnt/noexec/sub/v is on a filesystem mounted noexec (/mnt/noexec/sub is, on the"
+            " filesystem mounted at /mnt/noexec)" in noexec.text
+        )
+        assert "`mount -o remount,exec /mnt/noexec`" in noexec.text
+        assert host.exec("test -e /mnt/noexec/sub/v").returncode != 0
         assert "Traceback" not in full.output + noexec.output
     finally:
         host.exec("umount /mnt/full /mnt/noexec")

@@ -65,4 +65,6 @@ def test_a_command_given_as_bytes_passes_through(connection):
     """docker_api's own put_file sends b'id -u && id -g'."""
     conn, _sent, answers = connection
     answers += [(0, b"0\n0\n")]
+    assert len(sent) == 0
     assert conn.exec_command(b"id -u && id -g") == (0, b"0\n0\n", b"")
+    assert sent == [b"id -u && id -g"]

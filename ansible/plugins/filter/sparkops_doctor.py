@@ -1,6 +1,7 @@
 """Ansible filter for preflight.yml: the gathered facts in, the checks' summary out.
 
     {{ facts | sparkops_preflight(settings) }}
+    {{ stack_record_text | sparkops_capacity_warning(concurrency) }}
 
 `facts` holds the raw task results preflight.yml registered on the Spark (see
 sparkops.doctor.preflight for the keys), `settings` the sparkops_preflight_* values the
@@ -12,6 +13,7 @@ file only adapts it to Ansible (a bad setting becomes an AnsibleFilterError nami
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -21,7 +23,8 @@ from ansible.errors import AnsibleFilterError
 if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 try:
-    from sparkops.doctor.preflight import SettingsError, preflight
+    from sparkops.batch.serving_record import capacity, capacity_warning
+    from sparkops.doctor.preflight import Settings, SettingsError, preflight
 except ImportError as exc:  # pragma: no cover - depends on the controller's environment
     raise AnsibleFilterError(
         f"sparkops_preflight needs pydantic on the controller ({exc}): run ansible-playbook "
@@ -39,6 +42,29 @@ def sparkops_preflight(facts, settings) -> dict:
         raise AnsibleFilterError(f"preflight settings: {exc}") from exc
 
 
+def sparkops_capacity_warning(stack_record_text, concurrency=None) -> str:
+    """The sentence `sparkops batch` says before a job whose concurrency is above the server's
+    --max-num-seqs (sparkops.batch.serving_record: one rule, both places), for the planned
+    concurrency preflight.yml judges ("" none: the preflight's default) and the deploy's stack
+    record; "" when it fits, or when the record or its --max-num-seqs is unknown."""
+    try:
+        stack = json.loads(str(stack_record_text or "") or "null")
+    except ValueError:
+        return ""
+    if concurrency in (None, ""):
+        concurrency = Settings.model_fields["concurrency"].default
+    try:
+        planned = int(concurrency)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(
+            f"sparkops_preflight_concurrency must be a whole number, not {concurrency!r}"
+        ) from exc
+    return capacity_warning(capacity(stack if isinstance(stack, dict) else None, planned, 1)) or ""
+
+
 class FilterModule:
     def filters(self):
-        return {"sparkops_preflight": sparkops_preflight}
+        return {
+            "sparkops_preflight": sparkops_preflight,
+            "sparkops_capacity_warning": sparkops_capacity_warning,
+        }

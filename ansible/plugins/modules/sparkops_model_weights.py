@@ -40,7 +40,7 @@ options:
 """
 
 RETURN = r"""
-problems: {description: One sentence per problem found (empty when the weights are whole), type: list}
+problems: {description: One sentence per problem (none when the weights are whole), type: list}
 weights: {description: The weight files checked, relative to the folder, type: list}
 """
 
@@ -111,7 +111,8 @@ def check(folder: str) -> tuple[list[str], list[str]]:
     names, problems = weight_names(folder)
     if not names and not problems:
         problems.append(
-            "it has no weights (no *.safetensors, pytorch_model*.bin or *.gguf, no index naming them)"
+            "it has no weights (no *.safetensors, pytorch_model*.bin or *.gguf,"
+            " no index naming them)"
         )
     for name in names:
         path = os.path.join(folder, name)
