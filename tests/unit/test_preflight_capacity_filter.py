@@ -1,5 +1,5 @@
 """preflight.yml's concurrency against the server's --max-num-seqs (issue 34 item 7): the
-filter applies the rule `sparkops batch` applies before a job (sparkops.batch.serving_record),
+filter applies the rule `sparkops batch` applies before a job (sparkops.jobdir.identity),
 so both say the same sentence; with no planned value it uses the doctor's one default."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from sparkops.batch.serving_record import capacity, capacity_warning
+from sparkops.jobdir.identity import capacity, capacity_warning
 from sparkops.doctor.preflight import Settings
 
 FILTERS = Path(__file__).resolve().parents[2] / "ansible" / "plugins" / "filter"

@@ -23,7 +23,7 @@ from ansible.errors import AnsibleFilterError
 if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 try:
-    from sparkops.batch.serving_record import capacity, capacity_warning
+    from sparkops.jobdir.identity import capacity, capacity_warning
     from sparkops.doctor.preflight import Settings, SettingsError, preflight
 except ImportError as exc:  # pragma: no cover - depends on the controller's environment
     raise AnsibleFilterError(
@@ -44,7 +44,7 @@ def sparkops_preflight(facts, settings) -> dict:
 
 def sparkops_capacity_warning(stack_record_text, concurrency=None) -> str:
     """The sentence `sparkops batch` says before a job whose concurrency is above the server's
-    --max-num-seqs (sparkops.batch.serving_record: one rule, both places), for the planned
+    --max-num-seqs (sparkops.jobdir.identity: one rule, both places), for the planned
     concurrency preflight.yml judges ("" none: the preflight's default) and the deploy's stack
     record; "" when it fits, or when the record or its --max-num-seqs is unknown."""
     try:
