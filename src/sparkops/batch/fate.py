@@ -69,6 +69,9 @@ class Fates:
         # The job's serving epoch (batch/serving.py): 0 as the job found its endpoints, +1 at
         # every identity change; each finished record carries it, the boundary in the results.
         self.serving = 0
+        # When the last record finished, on the monotonic clock: the run's end line says how
+        # long the run was active from it, which a wall-clock step cannot change (`t` can).
+        self.last_finish: float | None = None
 
     def close(self) -> None:
         self.meta.close()
@@ -86,6 +89,7 @@ class Fates:
             serving=self.serving,
         )
         self.journal.append(line.to_json())
+        self.last_finish = time.monotonic()
         self.stats.done += 1
 
     def error(
@@ -110,6 +114,7 @@ class Fates:
             serving=self.serving,
         )
         self.journal.append(result.to_json())
+        self.last_finish = time.monotonic()
         self.stats.errors += 1
 
     def openai(
@@ -131,6 +136,7 @@ class Fates:
         if isinstance(outcome, Failure):
             meta["failure"] = failure_fields(outcome)
         self.meta.append(meta)
+        self.last_finish = time.monotonic()
         if ok:
             self.stats.done += 1
         else:

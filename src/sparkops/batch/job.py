@@ -229,6 +229,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                 )
             journal = job.journal
             served = await record_serving(side, pool, headers, cfg, job, manifest, stack)
+            run_started = time.monotonic()  # for the end line's active_s (a clock step-proof span)
             job.log(
                 lines.RunEvent(
                     "start",
@@ -304,6 +305,8 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                 end = lines.RunEvent("end", job.number, time.time())
                 if engine.stop_reason is not None:
                     end.extra["stopped"] = engine.stop_reason.kind
+                if engine.fates.last_finish is not None:
+                    end.extra["active_s"] = round(engine.fates.last_finish - run_started, 3)
                 job.log(end)
     _raise_for_stop(engine.stop_reason, job.journal)
     return _summary(cfg, scan.total, engine.stats, time.monotonic() - t0, job)

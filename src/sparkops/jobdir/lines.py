@@ -302,6 +302,12 @@ class RunEvent:
         """rejoined: seconds out of rotation."""
         return _number(self.extra.get("out_s"))
 
+    @property
+    def active_s(self) -> float | None:
+        """end: seconds from the run's start to its last finished record, on the monotonic
+        clock (None: no record finished, or a line from an older client)."""
+        return _number(self.extra.get("active_s"))
+
     def to_json(self) -> dict[str, Any]:
         return {"event": self.event, "run": self.run, "t": self.t, **self.extra}
 

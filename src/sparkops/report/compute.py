@@ -94,6 +94,8 @@ class JobData:
     # finished records per serving epoch (report/serving.py)
     serving_epochs: Counter[int] = field(default_factory=Counter)
     runs: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    # per run, its end line's active_s (monotonic seconds from its start to its last record)
+    active: dict[int, float] = field(default_factory=dict)
     concurrency: dict[int, int] = field(default_factory=dict)
     schedules: list[str] = field(default_factory=list)
     # "stalled"/"rejoined" endpoint events (batch/stall.py)
@@ -137,6 +139,8 @@ def load_dir(directory: Path) -> JobData:
     for r in lines.run_events(directory / RUNS):
         if r.t is not None:
             data.runs[r.run][r.event] = r.t
+        if r.event == "end" and r.active_s is not None:
+            data.active[r.run] = r.active_s
         if r.event in ("stalled", "rejoined"):
             data.stall_events.append(r)
         if r.event == "start":
@@ -155,7 +159,10 @@ def compute_report(data: JobData) -> dict[str, Any]:
     samples = data.samples
     span = 0.0
     for run, ts in finish.items():
-        start = data.runs.get(run, {}).get("start", min(ts))
+        if run in data.active:  # the monotonic span: a wall-clock step cannot change it
+            span += data.active[run]
+            continue
+        start = data.runs.get(run, {}).get("start", min(ts))  # older runs: wall-clock stamps
         span += max(ts) - start
     # records/min counts records done, not errors (issue 21): the span is the whole run's,
     # errors included, but only done records count in it and in the steady windows
