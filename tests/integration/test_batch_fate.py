@@ -297,3 +297,27 @@ def test_a_real_vllm_killed_mid_job_fails_no_record_and_the_resume_finishes_all(
     assert again.returncode == 0, again.stderr
     by_id = assert_exactly_once(job, ids)
     assert all(r["status"] == "done" for r in by_id.values())
+
+
+def test_answers_cut_off_at_max_tokens_are_kept_counted_and_said_once(job, fault_server):
+    """Issue 34 item 11: every answer "y" cut off by max_tokens (finish_reason "length").
+    The records are done (the model answered), but each step keeps its finish_reason, the
+    run warns once with the fix, and `batch status` and the report count them."""
+    ids = write_records(job["input"], 40)
+    fault_server.content, fault_server.finish_reason = "y", "length"
+    proc = sparkops(*batch_run(job, fault_server.openai_url, extra=("--concurrency", "4")), limit=60)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith("sparkops: warning: step 'screen': ")
+    assert "cut off at its max_tokens" in line and "raise the step's max_tokens" in line
+    by_id = assert_exactly_once(job, ids)
+    assert {s["finish_reason"] for r in by_id.values() for s in r["steps"]} == {"length"}
+    status = sparkops("batch", "status", str(job["out"]), "--json", limit=30)
+    assert json.loads(status.stdout)["truncated"] == 40
+    said = sparkops("batch", "status", str(job["out"]), limit=30).stdout
+    assert "40 record(s) have an answer cut off at a step's max_tokens" in said
+    report = sparkops("report", str(job["out"]), limit=60)
+    assert report.returncode == 0, report.stderr
+    assert "Step screen: 40 of 40 answers were cut off at its max_tokens" in report.stdout
+    data = json.loads((job["out"] / "report.json").read_text())
+    assert data["truncated_answers"] == {"screen": {"cut": 40, "answers": 40}}

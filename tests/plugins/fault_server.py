@@ -52,7 +52,8 @@ action left (default: `ok()`). `server.first(n, action)` - the next n completion
 whatever their key, get `action` (before per-key scripts). `server.override("/tokenize",
 hang())` - a fixed action for a non-completion path (`/health`, `/v1/models`, `/tokenize`,
 `/metrics`); `override(path, None)` removes it. `server.content = "yes"` or a callable
-`(key, body) -> str` sets what `ok()` answers.
+`(key, body) -> str` sets what `ok()` answers; `server.finish_reason = "length"` (default
+"stop") says the model was cut off at max_tokens.
 
 `server.set_identity(model=..., max_model_len=..., version=..., block_size=...)` - what the
 server says it serves (`/v1/models`, `/version`, `vllm:cache_config_info`) changes at once, as
@@ -349,6 +350,7 @@ class FaultServer(ThreadedServer):
         self.max_model_len = 4096
         self.version = "0.0.0+fault"
         self.content: str | Callable[[str, dict[str, Any]], str] = "no"
+        self.finish_reason = "stop"
         self.default: Action = ok()
         self.requests: Counter[str] = Counter()
         self.arrivals: dict[str, list[float]] = {}
@@ -555,9 +557,9 @@ class FaultServer(ThreadedServer):
             return web.json_response({"error": {"message": "bad JSON"}}, status=400)
         text = _prompt_text(body) if isinstance(body, dict) else ""
         # the probe's messages are the check request's: told apart by its constraint
-        if isinstance(body, dict) and body.get("messages") == PROBE_MESSAGES:
-            if "structured_outputs" in body:
-                return await self._probe(request, body)
+        probe = isinstance(body, dict) and body.get("messages") == PROBE_MESSAGES
+        if probe and "structured_outputs" in body:
+            return await self._probe(request, body)
         if isinstance(body, dict) and body.get("messages") == _CHECK_MESSAGES:
             return await self._check(request, body)
         match = MARKER.search(text)
@@ -655,7 +657,7 @@ class FaultServer(ThreadedServer):
                 "id": f"cmpl-{key}",
                 "object": "text_completion",
                 "model": self.model,
-                "choices": [{"index": 0, "text": content, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "text": content, "finish_reason": self.finish_reason}],
                 "usage": usage,
             }
         else:
@@ -667,7 +669,7 @@ class FaultServer(ThreadedServer):
                     {
                         "index": 0,
                         "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
+                        "finish_reason": self.finish_reason,
                     }
                 ],
                 "usage": usage,

@@ -71,11 +71,13 @@ def read_all(directory: Path) -> dict[str, Any]:
 # the fixture (the OpenAI lines carry no finish time, so a sweep level of them has no window).
 ADDED = {
     "pipeline": {
-        "report": {"steady_samples": 5},
+        "report": {"steady_samples": 5, "truncated_answers": {}},
+        "status": {"truncated": 0},
         "level": {"steady_samples": 5, "steady_s": 1024.0},
     },
     "openai": {
-        "report": {"steady_samples": 5},
+        "report": {"steady_samples": 5, "truncated_answers": {}},
+        "status": {"truncated": 0},
         "level": {"steady_samples": None, "steady_s": None},
     },
 }

@@ -15,6 +15,7 @@ from typing import Any
 
 from sparkops.batch.outcome import Answer, Failure
 from sparkops.batch.records import Record
+from sparkops.batch.truncation import Truncation
 from sparkops.jobdir import openai_lines
 from sparkops.jobdir.journal import Journal
 from sparkops.jobdir.lines import RECORD_ERROR, ResultLine
@@ -72,6 +73,8 @@ class Fates:
         # When the last record finished, on the monotonic clock: the run's end line says how
         # long the run was active from it, which a wall-clock step cannot change (`t` can).
         self.last_finish: float | None = None
+        # answers cut off at max_tokens, per step (the job sets its warning's outlet)
+        self.truncation = Truncation()
 
     def close(self) -> None:
         self.meta.close()
@@ -91,6 +94,7 @@ class Fates:
         self.journal.append(line.to_json())
         self.last_finish = time.monotonic()
         self.stats.done += 1
+        self.truncation.count(state.steps)
 
     def error(
         self,

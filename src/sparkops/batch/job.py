@@ -275,6 +275,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                 status_interval=cfg.status_interval,
             )
             drift = Drift(served, engine, view, job, cfg.strict_serving)
+            engine.fates.truncation.on_warning = view.say  # answers cut off at max_tokens
 
             def on_stall_change(change: Change) -> None:  # job log + progress (batch/stall.py)
                 job.log(stall.run_event(change, job.number, time.time()))

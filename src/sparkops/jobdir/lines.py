@@ -44,6 +44,8 @@ Key = str | LineKey
 # What a record's error was (engine, issue 21): the record's own fault ends it; any other kind
 # (the server's: transport, timeout, 5xx, a stall) leaves it unfinished, re-sent on resume.
 RECORD_ERROR = "record"
+# A step's finish_reason when the model was cut off by its max_tokens (OpenAI's and vLLM's).
+CUT_OFF = "length"
 
 
 def record_key(rid: str | None, line: int) -> Key:
@@ -95,6 +97,7 @@ class Outcome:
     error: str | None  # the recorded error message (None for a success)
     error_kind: str | None  # RECORD_ERROR, another kind, or None (a success, an older line)
     final: str | None  # a pipeline's decision (None for OpenAI lines and errors)
+    cut: int = 0  # steps whose answer was cut off at max_tokens (finish_reason "length")
 
     @property
     def record_error(self) -> bool:
@@ -115,6 +118,7 @@ def outcome(obj: dict[str, Any]) -> Outcome:
             None if ok else str(obj.get("error") or "error"),
             None if ok or not isinstance(kind, str) else kind,
             str(obj["final"]) if ok and obj.get("final") is not None else None,
+            _cut_steps(obj.get("steps")),
         )
     rid = obj.get("custom_id")
     if rid is not None:
@@ -124,6 +128,13 @@ def outcome(obj: dict[str, Any]) -> Outcome:
         key = LineKey(_int(error.get("line")) if isinstance(error, dict) else 0)
     ok = _openai_ok(obj)
     return Outcome(key, ok, None if ok else _openai_error(obj), None, None)
+
+
+def _cut_steps(steps: Any) -> int:
+    """How many steps of a results line were cut off at max_tokens (older lines: none)."""
+    if not isinstance(steps, list):
+        return 0
+    return sum(1 for s in steps if isinstance(s, dict) and s.get("finish_reason") == CUT_OFF)
 
 
 def succeeded(obj: dict[str, Any]) -> bool:
@@ -185,15 +196,23 @@ class StepUsage:
     prompt_tokens: int  # 0 when the server gave none
     completion_tokens: int
     cached_tokens: int | None  # None: the server did not say (not the same as 0)
+    finish_reason: str | None = None  # None: not said, or a line from an older client
+
+    @property
+    def cut(self) -> bool:
+        """The answer was cut off at the step's max_tokens."""
+        return self.finish_reason == CUT_OFF
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> StepUsage:
         cached = _number(obj.get("cached_tokens"))
+        reason = obj.get("finish_reason")
         return cls(
             str(obj.get("step")),
             int(_number(obj.get("prompt_tokens")) or 0),
             int(_number(obj.get("completion_tokens")) or 0),
             None if cached is None else int(cached),
+            reason if isinstance(reason, str) else None,
         )
 
 

@@ -26,6 +26,8 @@ class JobStatus:
     runs: int
     last_run_finished: bool
     running_pid: int | None
+    # records with an answer cut off at a step's max_tokens (finish_reason "length")
+    truncated: int = 0
 
     @property
     def errors(self) -> int:
@@ -57,6 +59,7 @@ class JobStatus:
             "complete": self.complete,
             "empty_input": self.empty_input,
             "running_pid": self.running_pid,
+            "truncated": self.truncated,
         }
 
 
@@ -64,7 +67,7 @@ def job_status(directory: Path) -> JobStatus:
     """Counts from the job's files, and the pid of a run working on it now (None if none)."""
     manifest = load_manifest(directory)
     job = JobDir(directory)
-    done = record_errors = other_errors = 0
+    done = record_errors = other_errors = truncated = 0
     seen: set[lines.Key] = set()
     for result in lines.outcomes(job.results):
         if result.key in seen:
@@ -73,6 +76,7 @@ def job_status(directory: Path) -> JobStatus:
         done += result.ok
         record_errors += result.record_error
         other_errors += not result.ok and not result.record_error
+        truncated += result.cut > 0
     runs = 0
     last_start = None
     ended: set[int] = set()
@@ -90,6 +94,7 @@ def job_status(directory: Path) -> JobStatus:
         runs,
         last_start is not None and last_start in ended,
         lock_holder(directory),
+        truncated,
     )
 
 
@@ -109,4 +114,9 @@ def status_line(directory: Path, st: JobStatus) -> str:
     )
     if st.errors:
         line += "; `sparkops batch run ... --retry-errors` sends the errors again"
+    if st.truncated:
+        line += (
+            f"; {st.truncated} record(s) have an answer cut off at a step's max_tokens "
+            '(finish_reason "length" in results.jsonl): raise that step\'s max_tokens'
+        )
     return line

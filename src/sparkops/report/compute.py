@@ -57,6 +57,9 @@ class Totals:
     finish: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     done_finish: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     latencies: list[float] = field(default_factory=list)
+    # per step: answers, and answers cut off at max_tokens (finish_reason "length")
+    answers: Counter[str] = field(default_factory=Counter)
+    cut: Counter[str] = field(default_factory=Counter)
 
     def add(self, timing: lines.Timing) -> None:
         steps = timing.steps
@@ -71,6 +74,8 @@ class Totals:
             if timing.ok:
                 self.done_finish[timing.run].append(t)
         for s in steps:
+            self.answers[s.step] += 1
+            self.cut[s.step] += s.cut
             self.prompt += s.prompt_tokens
             self.cached += s.cached_tokens or 0
             self.completion += s.completion_tokens
@@ -221,6 +226,10 @@ def compute_report(data: JobData) -> dict[str, Any]:
         "schedule": "+".join(dict.fromkeys(data.schedules)) or None,
         "wall_s": _r(span),
         "finals": dict(data.finals),
+        # per step with any: answers cut off at max_tokens, and that step's answers
+        "truncated_answers": {
+            step: {"cut": n, "answers": totals.answers[step]} for step, n in totals.cut.items() if n
+        },
         "stalled_endpoints": [row.as_dict() for row in stall.summarise(data.stall_events)],
         "serving": report_serving.summarise(data.serving_lines, data.serving_epochs, data.samples),
     }
