@@ -305,7 +305,8 @@ def test_answers_cut_off_at_max_tokens_are_kept_counted_and_said_once(job, fault
     run warns once with the fix, and `batch status` and the report count them."""
     ids = write_records(job["input"], 40)
     fault_server.content, fault_server.finish_reason = "y", "length"
-    proc = sparkops(*batch_run(job, fault_server.openai_url, extra=("--concurrency", "4")), limit=60)
+    argv = batch_run(job, fault_server.openai_url, extra=("--concurrency", "4"))
+    proc = sparkops(*argv, limit=60)
     assert proc.returncode == 0, proc.stderr
     (line,) = error_lines(proc.stderr)
     assert line.startswith("sparkops: warning: step 'screen': ")
