@@ -259,9 +259,13 @@ def _formatted_field(template: str) -> str | None:
     a nested `{field}` in it too), written as in the template; None when there is none."""
     for _, name, spec, conversion in string.Formatter().parse(template):
         if name is not None and (spec or conversion):
-            return "{" + name + (f"!{conversion}" if conversion else "") + (
-                f":{spec}" if spec else ""
-            ) + "}"
+            return (
+                "{"
+                + name
+                + (f"!{conversion}" if conversion else "")
+                + (f":{spec}" if spec else "")
+                + "}"
+            )
     return None
 
 
