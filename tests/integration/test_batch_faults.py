@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from tests.plugins.cli import Finished, assert_quiet, batch_run, sparkops, start
+from tests.plugins.cli import Finished, assert_quiet, batch_run, finish, sparkops, start
 from tests.plugins.fault_server import (
     ONE_STEP,
     choice_not_object,
@@ -262,6 +262,46 @@ def test_a_signal_mid_job_cancels_flushes_and_a_resume_completes_once(
     assert again.returncode == 0, again.stderr
     assert f"{len(done)} already finished" in again.stdout
     assert_exactly_once(job, ids)
+
+
+def test_a_hang_up_stops_with_the_line_how_to_resume_and_nohup_keeps_running(job, fault_server):
+    """Issue 34 item 14: SIGHUP (a dropped ssh session) ended the job without a word. Now it
+    stops like any signal (exit 1, resumable) with one line saying so; under nohup (SIGHUP
+    ignored) the same hang-up changes nothing and the job finishes."""
+    ids = write_records(job["input"], 200)
+    fault_server.default = slow(0.2)
+    argv = batch_run(job, fault_server.openai_url, extra=("--concurrency", "16"))
+    t0 = time.monotonic()
+    proc = start(*argv)
+    deadline = time.monotonic() + 30
+    while len(rows(job)) < 30:
+        assert time.monotonic() < deadline and proc.poll() is None, "the job did not get going"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    code, _, stderr = finish(proc, t0, 60)
+    assert code == 1, stderr
+    done = rows(job)
+    (line,) = error_lines(stderr)
+    assert line == (
+        f"sparkops: error: stopped: the terminal hung up (SIGHUP: a dropped ssh session?); "
+        f"{len(done)} done, 0 errors; run the same command again to resume (under tmux, nohup "
+        "or the job's systemd unit a dropped session does not stop it)"
+    )
+    assert 30 <= len(done) < 200 and len({r["id"] for r in done}) == len(done)
+
+    def ignore_hangup() -> None:  # what nohup does before it starts the command
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    t0 = time.monotonic()
+    proc = start(*argv, preexec_fn=ignore_hangup)
+    deadline = time.monotonic() + 30
+    while len(rows(job)) < len(done) + 10:
+        assert time.monotonic() < deadline and proc.poll() is None, "the resume did not go on"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    code, _, stderr = finish(proc, t0, 90)
+    assert code == 0, stderr
+    assert all(r["status"] == "done" for r in assert_exactly_once(job, ids).values())
 
 
 def test_a_crash_is_one_line_and_the_traceback_goes_to_a_private_log(job, fault_server):

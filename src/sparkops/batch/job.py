@@ -97,10 +97,12 @@ FINAL_SAMPLE_S = 5.0
 
 
 class _Signals:
-    """SIGINT / SIGTERM during a job: stop the engine (cancel in-flight calls, flush the
-    journal) instead of dying mid-write; before the engine runs, cancel the job's task."""
+    """SIGINT / SIGTERM / SIGHUP during a job: stop the engine (cancel in-flight calls, flush
+    the journal) instead of dying mid-write; before the engine runs, cancel the job's task.
+    SIGHUP (the terminal went away: a dropped ssh session) is left alone where it is ignored
+    (`nohup`), so a job started that way keeps running as its user asked."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -111,6 +113,8 @@ class _Signals:
     def __enter__(self) -> _Signals:
         loop = asyncio.get_running_loop()
         for signum in self.SIGNALS:
+            if signum == signal.SIGHUP and signal.getsignal(signum) is signal.SIG_IGN:
+                continue  # nohup: a hang-up must not stop the job
             try:
                 loop.add_signal_handler(signum, self._handle, signum)
             except (ValueError, RuntimeError, NotImplementedError):
@@ -183,6 +187,8 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
             if signals.signum is None:
                 raise
             name = signal.Signals(signals.signum).name
+            if signals.signum == signal.SIGHUP:
+                raise JobStopped(hangup_message("before any record was sent")) from None
             raise Interrupted(
                 f"interrupted ({name}) before any record was sent; run the same command "
                 "again to resume",
@@ -313,6 +319,15 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     return _summary(cfg, scan.total, engine.stats, time.monotonic() - t0, job)
 
 
+def hangup_message(progress: str) -> str:
+    """SIGHUP's one line (exit 1, resumable): the terminal went away, here is how to go on."""
+    return (
+        f"stopped: the terminal hung up (SIGHUP: a dropped ssh session?); {progress}; run the "
+        "same command again to resume (under tmux, nohup or the job's systemd unit a dropped "
+        "session does not stop it)"
+    )
+
+
 def _manifest(workload: Workload, cfg: JobConfig, kind: InputKind, scan: InputScan) -> Manifest:
     """What fixes the job folder to this job: the pipeline, the input as scanned, its id field."""
     return Manifest(
@@ -330,6 +345,8 @@ def _manifest(workload: Workload, cfg: JobConfig, kind: InputKind, scan: InputSc
 
 def _raise_for_stop(stop: Stop | None, journal: Journal) -> None:
     """A job that stopped before its input was done ends as an exception (exit 1, resumable)."""
+    if stop is not None and stop.kind == "signal" and stop.signum == signal.SIGHUP:
+        raise JobStopped(hangup_message(f"{journal.done_ok} done, {journal.done_err} errors"))
     if stop is not None and stop.kind == "signal":
         assert stop.signum is not None
         raise Interrupted(
