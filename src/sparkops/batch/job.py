@@ -234,6 +234,8 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                     file=sys.stderr,
                 )
             journal = job.journal
+            if journal.damage:  # said once, before the resume: the lines stay as they are
+                print(f"sparkops: warning: {journal.damage.sentence()}", file=sys.stderr)
             served = await record_serving(side, pool, headers, cfg, job, manifest, stack)
             run_started = time.monotonic()  # for the end line's active_s (a clock step-proof span)
             job.log(

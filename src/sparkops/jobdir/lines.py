@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from sparkops.jobdir.durable import iter_json_lines
+from sparkops.jobdir.durable import iter_json_lines, numbered_json_lines
 from sparkops.jobdir.identity import Change, Identity
 from sparkops.metrics.timeline import TimelineSample as TimelineSample  # the sampler's writer
 
@@ -135,6 +135,69 @@ def _cut_steps(steps: Any) -> int:
     if not isinstance(steps, list):
         return 0
     return sum(1 for s in steps if isinstance(s, dict) and s.get("finish_reason") == CUT_OFF)
+
+
+@dataclass(slots=True)
+class ResultsDamage:
+    """Lines of results.jsonl that count no record: damaged (not a JSON object: a hand edit,
+    a disk fault) or repeating a record that an earlier line finished. Every reader counts a
+    record once, by its first line; a record whose only line is damaged is unfinished, so a
+    resume sends it again. The first few line numbers of each are kept for the message."""
+
+    damaged: int = 0
+    repeated: int = 0
+    first_damaged: list[int] = field(default_factory=list)
+    first_repeated: list[int] = field(default_factory=list)
+
+    def add(self, line: int, repeated: bool) -> None:
+        if repeated:
+            self.repeated += 1
+            if len(self.first_repeated) < 5:
+                self.first_repeated.append(line)
+        else:
+            self.damaged += 1
+            if len(self.first_damaged) < 5:
+                self.first_damaged.append(line)
+
+    def __bool__(self) -> bool:
+        return bool(self.damaged or self.repeated)
+
+    def sentence(self) -> str:
+        """One sentence for `batch status`, the resume's warning and the report."""
+        parts = []
+        if self.damaged:
+            parts.append(f"{_lines_named(self.damaged, self.first_damaged)} not a results line")
+        if self.repeated:
+            parts.append(
+                f"{_lines_named(self.repeated, self.first_repeated)} a record an earlier line "
+                "already finished"
+            )
+        return (
+            f"results.jsonl: {' and '.join(parts)}; skipped: each record counts once, by "
+            "its first line, and a record whose only line is damaged is sent again by a "
+            "resume (a hand edit or a disk fault? check the file)"
+        )
+
+
+def _lines_named(n: int, first: list[int]) -> str:
+    shown = ", ".join(str(x) for x in first) + (", ..." if n > len(first) else "")
+    return f"line {shown} is" if n == 1 else f"{n:,} lines ({shown}) are"
+
+
+def read_results(path: Path, damage: ResultsDamage) -> Iterator[tuple[dict[str, Any], Outcome]]:
+    """Each record's first results line of `path` with its outcome, once per record; lines
+    that count no record are added to `damage`."""
+    seen: set[Key] = set()
+    for n, obj in numbered_json_lines(path):
+        if obj is None:
+            damage.add(n, repeated=False)
+            continue
+        result = outcome(obj)
+        if result.key in seen:
+            damage.add(n, repeated=True)
+            continue
+        seen.add(result.key)
+        yield obj, result
 
 
 def succeeded(obj: dict[str, Any]) -> bool:

@@ -8,7 +8,7 @@ record's; `remaining` are records with no line yet (a resume sends them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkops.jobdir import lines
@@ -28,6 +28,8 @@ class JobStatus:
     running_pid: int | None
     # records with an answer cut off at a step's max_tokens (finish_reason "length")
     truncated: int = 0
+    # results lines that count no record (damaged, or repeating a finished record)
+    damage: lines.ResultsDamage = field(default_factory=lines.ResultsDamage)
 
     @property
     def errors(self) -> int:
@@ -60,6 +62,8 @@ class JobStatus:
             "empty_input": self.empty_input,
             "running_pid": self.running_pid,
             "truncated": self.truncated,
+            "damaged_lines": self.damage.damaged,
+            "repeated_lines": self.damage.repeated,
         }
 
 
@@ -68,11 +72,8 @@ def job_status(directory: Path) -> JobStatus:
     manifest = load_manifest(directory)
     job = JobDir(directory)
     done = record_errors = other_errors = truncated = 0
-    seen: set[lines.Key] = set()
-    for result in lines.outcomes(job.results):
-        if result.key in seen:
-            continue
-        seen.add(result.key)
+    damage = lines.ResultsDamage()
+    for _, result in lines.read_results(job.results, damage):
         done += result.ok
         record_errors += result.record_error
         other_errors += not result.ok and not result.record_error
@@ -95,6 +96,7 @@ def job_status(directory: Path) -> JobStatus:
         last_start is not None and last_start in ended,
         lock_holder(directory),
         truncated,
+        damage,
     )
 
 
@@ -114,6 +116,8 @@ def status_line(directory: Path, st: JobStatus) -> str:
     )
     if st.errors:
         line += "; `sparkops batch run ... --retry-errors` sends the errors again"
+    if st.damage:
+        line += "; " + st.damage.sentence()
     if st.truncated:
         line += (
             f"; {st.truncated} record(s) have an answer cut off at a step's max_tokens "

@@ -107,6 +107,8 @@ class JobData:
     stall_events: list[lines.RunEvent] = field(default_factory=list)
     samples: list[TimelineSample] = field(default_factory=list)
     serving_lines: list[lines.ServingRecord] = field(default_factory=list)
+    # results lines that count no record (damaged, or a finished record's second line)
+    damage: lines.ResultsDamage = field(default_factory=lines.ResultsDamage)
 
 
 def load_dir(directory: Path) -> JobData:
@@ -125,7 +127,8 @@ def load_dir(directory: Path) -> JobData:
     reusable = {k: v.get("reusable_tokens", 0) for k, v in (prefix.get("steps") or {}).items()}
     totals = Totals({name: StepTotals() for name in reusable}, reusable)
     data = JobData(manifest, totals, prefix)
-    for line in lines.finished(directory / RESULTS):
+    for obj, _ in lines.read_results(directory / RESULTS, data.damage):
+        line = lines.read_finished(obj)
         data.records += 1
         if line.outcome.ok:
             data.done += 1
@@ -227,6 +230,9 @@ def compute_report(data: JobData) -> dict[str, Any]:
         "wall_s": _r(span),
         "finals": dict(data.finals),
         # per step with any: answers cut off at max_tokens, and that step's answers
+        "results_damaged_lines": data.damage.damaged,
+        "results_repeated_lines": data.damage.repeated,
+        "results_lines_note": data.damage.sentence() if data.damage else None,
         "truncated_answers": {
             step: {"cut": n, "answers": totals.answers[step]} for step, n in totals.cut.items() if n
         },

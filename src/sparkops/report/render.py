@@ -70,6 +70,8 @@ def _notes(report: dict[str, Any]) -> list[str]:
         notes.append(f"Steady records/min: not measured: {reason}.")
     if note := short_window_note(report.get("steady_samples"), "A steady window"):
         notes.append(note)
+    if report.get("results_lines_note"):
+        notes.append(report["results_lines_note"])
     for step, n in (report.get("truncated_answers") or {}).items():
         notes.append(
             f"Step {step}: {n['cut']:,} of {n['answers']:,} answers were cut off at its "
