@@ -2,8 +2,9 @@
 fault server and a hostile proxy, asserting the exit status, every record exactly once with
 its true status, no traceback, bounded time and the line a user reads.
 
-- An outage (the only server dies, a proxy answers 503 for good) never ends a record: the
-  job stops (exit 1) with zero error lines, and the resume finishes every record.
+- An outage (the only server dies or stops gracefully, a proxy answers 503 for good) never
+  ends a record: the job stops (exit 1) with zero error lines, and the resume finishes every
+  record.
 - A 200 without text is a failed call, retried; an empty answer the model gave is one.
 - Every endpoint is checked before the first record; one failing mid-job hands its calls on.
 - One record that always hangs ends as its own error; the job completes (exit 3).
@@ -68,6 +69,41 @@ def test_the_only_server_dies_mid_job_no_record_fails_and_the_resume_finishes_al
         fault_server.default = ok()
 
     _outage_then_resume(job, fault_server.openai_url, fault_server.stop, restore, ids, None)
+
+
+def test_a_graceful_server_stop_fails_no_record_and_the_resume_finishes_all(job, fault_server):
+    """vLLM's front end on SIGTERM (`docker stop`) keeps answering the calls it holds while it
+    refuses new connections (issue 34 item 10): those late answers must not make the calls
+    that could not connect the records' own fault. The job stops as an outage (exit 1) with
+    no error line, and the resume sends every unfinished record."""
+    ids = write_records(job["input"], 200)
+    fault_server.default = hang()  # held until the graceful stop answers them
+    fault_server.check_action = ok()  # the pre-flight's check is answered at once
+    extra = ("--retry-for", "2", "--concurrency", "16")
+    t0 = time.monotonic()
+    proc = start(*batch_run(job, fault_server.openai_url, extra=extra))
+    deadline = time.monotonic() + 30
+    while fault_server.in_flight < 16:
+        assert time.monotonic() < deadline and proc.poll() is None, "the job did not get going"
+        time.sleep(0.05)
+    # new connections refused from now on; the 16 held calls answered over 8 s, late for
+    # every call that failed to connect meanwhile (--retry-for 2)
+    fault_server.graceful_stop(every=0.5)
+    code, _, stderr = finish(proc, t0, 90)
+    assert code == 1, stderr
+    (line,) = error_lines(stderr)
+    assert "no endpoint has answered for 2 s" in line and "run the same command again" in line
+    before = rows(job)
+    assert len(before) == 16 and all(r["status"] == "done" for r in before), before
+    status = sparkops("batch", "status", str(job["out"]), "--json", limit=30)
+    assert json.loads(status.stdout)["remaining"] == 200 - 16
+    fault_server.stop()
+    fault_server.start()
+    fault_server.default = ok()
+    again = sparkops(*batch_run(job, fault_server.openai_url), limit=60)
+    assert again.returncode == 0, again.stderr
+    by_id = assert_exactly_once(job, ids)
+    assert all(r["status"] == "done" for r in by_id.values())
 
 
 def test_a_proxy_answering_503_for_good_fails_no_record(job, fault_server, rewriting_proxy):
@@ -185,14 +221,23 @@ def test_answers_from_a_fallback_model_are_recorded_and_said(job, fault_server, 
 
 
 def test_strict_serving_stops_on_a_fallback_model(job, fault_server, rewriting_proxy):
-    write_records(job["input"], 200)
+    ids = write_records(job["input"], 200)
     proxy = rewriting_proxy(fault_server.url)
     proxy.rewrite = fallback_model("big-fallback")
     proc = sparkops(*batch_run(job, proxy.openai_url, extra=("--strict-serving",)), limit=30)
     assert proc.returncode == 1
     (line,) = error_lines(proc.stderr)
     assert "--strict-serving" in line and "'big-fallback'" in line
-    assert len(rows(job)) < 200
+    kept = rows(job)
+    assert len(kept) < 200
+    # the answer that triggered the stop is not kept (issue 34 item 12): no decision of
+    # the other model is in the results
+    assert {s["model"] for r in kept for s in r["steps"]} <= {"tiny"}, kept
+    proxy.rewrite = None  # the router is fixed: the resume sends every unfinished record
+    again = sparkops(*batch_run(job, proxy.openai_url, extra=("--strict-serving",)), limit=30)
+    assert again.returncode == 0, again.stderr
+    by_id = assert_exactly_once(job, ids)
+    assert {s["model"] for r in by_id.values() for s in r["steps"]} == {"tiny"}
 
 
 def test_a_proxy_that_blanks_every_answer_fails_no_record(job, fault_server, rewriting_proxy):
@@ -252,3 +297,28 @@ def test_a_real_vllm_killed_mid_job_fails_no_record_and_the_resume_finishes_all(
     assert again.returncode == 0, again.stderr
     by_id = assert_exactly_once(job, ids)
     assert all(r["status"] == "done" for r in by_id.values())
+
+
+def test_answers_cut_off_at_max_tokens_are_kept_counted_and_said_once(job, fault_server):
+    """Issue 34 item 11: every answer "y" cut off by max_tokens (finish_reason "length").
+    The records are done (the model answered), but each step keeps its finish_reason, the
+    run warns once with the fix, and `batch status` and the report count them."""
+    ids = write_records(job["input"], 40)
+    fault_server.content, fault_server.finish_reason = "y", "length"
+    argv = batch_run(job, fault_server.openai_url, extra=("--concurrency", "4"))
+    proc = sparkops(*argv, limit=60)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith("sparkops: warning: step 'screen': ")
+    assert "cut off at its max_tokens" in line and "raise the step's max_tokens" in line
+    by_id = assert_exactly_once(job, ids)
+    assert {s["finish_reason"] for r in by_id.values() for s in r["steps"]} == {"length"}
+    status = sparkops("batch", "status", str(job["out"]), "--json", limit=30)
+    assert json.loads(status.stdout)["truncated"] == 40
+    said = sparkops("batch", "status", str(job["out"]), limit=30).stdout
+    assert "40 record(s) have an answer cut off at a step's max_tokens" in said
+    report = sparkops("report", str(job["out"]), limit=60)
+    assert report.returncode == 0, report.stderr
+    assert "Step screen: 40 of 40 answers were cut off at its max_tokens" in report.stdout
+    data = json.loads((job["out"] / "report.json").read_text())
+    assert data["truncated_answers"] == {"screen": {"cut": 40, "answers": 40}}

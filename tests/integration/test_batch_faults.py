@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from tests.plugins.cli import Finished, assert_quiet, batch_run, sparkops, start
+from tests.plugins.cli import Finished, assert_quiet, batch_run, finish, sparkops, start
 from tests.plugins.fault_server import (
     ONE_STEP,
     choice_not_object,
@@ -262,6 +262,82 @@ def test_a_signal_mid_job_cancels_flushes_and_a_resume_completes_once(
     assert again.returncode == 0, again.stderr
     assert f"{len(done)} already finished" in again.stdout
     assert_exactly_once(job, ids)
+
+
+def test_a_hang_up_stops_with_the_line_how_to_resume_and_nohup_keeps_running(job, fault_server):
+    """Issue 34 item 14: SIGHUP (a dropped ssh session) ended the job without a word. Now it
+    stops like any signal (exit 1, resumable) with one line saying so; under nohup (SIGHUP
+    ignored) the same hang-up changes nothing and the job finishes."""
+    ids = write_records(job["input"], 200)
+    fault_server.default = slow(0.2)
+    argv = batch_run(job, fault_server.openai_url, extra=("--concurrency", "16"))
+    t0 = time.monotonic()
+    proc = start(*argv)
+    deadline = time.monotonic() + 30
+    while len(rows(job)) < 30:
+        assert time.monotonic() < deadline and proc.poll() is None, "the job did not get going"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    code, _, stderr = finish(proc, t0, 60)
+    assert code == 1, stderr
+    done = rows(job)
+    (line,) = error_lines(stderr)
+    assert line == (
+        f"sparkops: error: stopped: the terminal hung up (SIGHUP: a dropped ssh session?); "
+        f"{len(done)} done, 0 errors; run the same command again to resume (under tmux, nohup "
+        "or the job's systemd unit a dropped session does not stop it)"
+    )
+    assert 30 <= len(done) < 200 and len({r["id"] for r in done}) == len(done)
+
+    def ignore_hangup() -> None:  # what nohup does before it starts the command
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    t0 = time.monotonic()
+    proc = start(*argv, preexec_fn=ignore_hangup)
+    deadline = time.monotonic() + 30
+    while len(rows(job)) < len(done) + 10:
+        assert time.monotonic() < deadline and proc.poll() is None, "the resume did not go on"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    code, _, stderr = finish(proc, t0, 90)
+    assert code == 0, stderr
+    assert all(r["status"] == "done" for r in assert_exactly_once(job, ids).values())
+
+
+def test_a_damaged_or_repeated_results_line_is_said_and_the_resume_keeps_each_record_once(
+    job, fault_server
+):
+    """Issue 34 item 14: a garbage line and a repeated line in the middle of results.jsonl
+    were kept without a word. Status, the resume and the report say which lines count no
+    record; the resume sends the record whose only line was damaged, once, and no other."""
+    ids = write_records(job["input"], 20)
+    first = run(job, fault_server)
+    assert first.returncode == 0, first.stderr
+    path = job["out"] / "results.jsonl"
+    text = path.read_text().splitlines(keepends=True)
+    lost = json.loads(text[4])["id"]
+    text[4] = "\x00\x00garbage from a disk fault\n"  # line 5: its record has no line now
+    text.insert(9, text[7])  # line 10 repeats line 8
+    path.write_text("".join(text))
+    said = "line 5 is not a results line and line 10 is a record an earlier line already finished"
+    status = sparkops("batch", "status", str(job["out"]), limit=30)
+    assert said in status.stdout and "19 done" in status.stdout, status.stdout
+    as_json = json.loads(sparkops("batch", "status", str(job["out"]), "--json", limit=30).stdout)
+    assert (as_json["damaged_lines"], as_json["repeated_lines"], as_json["remaining"]) == (1, 1, 1)
+    sent = sum(fault_server.requests.values())
+    again = run(job, fault_server)
+    assert again.returncode == 0, again.stderr
+    (line,) = error_lines(again.stderr)
+    assert line.startswith("sparkops: warning: results.jsonl: " + said)
+    assert sum(fault_server.requests.values()) == sent + 1 and fault_server.requests[lost] == 2
+    kept = [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
+    assert Counter(r["id"] for r in kept) == Counter(ids) + Counter([json.loads(text[7])["id"]])
+    report = sparkops("report", str(job["out"]), limit=60)
+    assert report.returncode == 0, report.stderr
+    assert said in report.stdout
+    data = json.loads((job["out"] / "report.json").read_text())
+    assert (data["finished"], data["done"]) == (20, 20)
+    assert (data["results_damaged_lines"], data["results_repeated_lines"]) == (1, 1)
 
 
 def test_a_crash_is_one_line_and_the_traceback_goes_to_a_private_log(job, fault_server):

@@ -52,7 +52,8 @@ action left (default: `ok()`). `server.first(n, action)` - the next n completion
 whatever their key, get `action` (before per-key scripts). `server.override("/tokenize",
 hang())` - a fixed action for a non-completion path (`/health`, `/v1/models`, `/tokenize`,
 `/metrics`); `override(path, None)` removes it. `server.content = "yes"` or a callable
-`(key, body) -> str` sets what `ok()` answers.
+`(key, body) -> str` sets what `ok()` answers; `server.finish_reason = "length"` (default
+"stop") says the model was cut off at max_tokens.
 
 `server.set_identity(model=..., max_model_len=..., version=..., block_size=...)` - what the
 server says it serves (`/v1/models`, `/version`, `vllm:cache_config_info`) changes at once, as
@@ -61,7 +62,11 @@ if it had been restarted with other flags (completions keep answering).
 `server.stall()` - the engine "hangs": completions never answer and the /metrics counters stop
 moving, while /health still answers 200 (vLLM's behaviour); `server.unstall()` resumes (hung
 requests then answer). `server.stop()` closes the port (connections refused); `server.start()`
-opens it again on the same port.
+opens it again on the same port. `server.graceful_stop(every)` is vLLM's front end on SIGTERM
+(`docker stop`): the port is closed at once (new connections refused), a request arriving on a
+connection already open is hung up (uvicorn closes idle keep-alive connections), and the
+requests held by `hang()` are answered (`ok()`), one every `every` seconds; `stop()` then
+`start()` brings it back.
 
 The kit's check request (batch/checks.py: before the first record, once per endpoint, and
 when a failing record's fault is in doubt) is not a record's: it is counted in
@@ -345,6 +350,7 @@ class FaultServer(ThreadedServer):
         self.max_model_len = 4096
         self.version = "0.0.0+fault"
         self.content: str | Callable[[str, dict[str, Any]], str] = "no"
+        self.finish_reason = "stop"
         self.default: Action = ok()
         self.requests: Counter[str] = Counter()
         self.arrivals: dict[str, list[float]] = {}
@@ -366,6 +372,10 @@ class FaultServer(ThreadedServer):
         self._metrics = _Metrics(model)
         self._release: asyncio.Event | None = None
         self._unstalled: asyncio.Event | None = None
+        self._site: web.TCPSite | None = None
+        self._held: list[asyncio.Event] = []  # hung requests a graceful stop answers
+        self._draining = False
+        self._drainer: asyncio.Task | None = None
 
     # ---- scripting ---------------------------------------------------------------------
     def script(self, key: str, *actions: Action) -> None:
@@ -430,6 +440,23 @@ class FaultServer(ThreadedServer):
         self.stop()
         self._end_loop()
 
+    def graceful_stop(self, every: float) -> None:
+        """See the module docstring: new connections refused, held requests answered."""
+        self._call(self._graceful_stop(every))
+
+    async def _graceful_stop(self, every: float) -> None:
+        self._draining = True
+        if self._site is not None:
+            await self._site.stop()  # the listening socket closes; open connections stay
+
+        async def answer_held() -> None:
+            while self._held and self._runner is not None:
+                await asyncio.sleep(every)
+                if self._held:
+                    self._held.pop(0).set()
+
+        self._drainer = asyncio.get_running_loop().create_task(answer_held())
+
     async def _set_stall(self, on: bool) -> None:
         assert self._unstalled is not None
         if on:
@@ -456,14 +483,15 @@ class FaultServer(ThreadedServer):
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", self.port, reuse_address=True)
         await site.start()
-        self._runner = runner
+        self._runner, self._site, self._draining = runner, site, False
 
     async def _stop(self) -> None:
         if self._runner is None:
             return
         assert self._release is not None
         self._release.set()
-        runner, self._runner = self._runner, None
+        runner, self._runner, self._site = self._runner, None, None
+        self._held.clear()
         await runner.cleanup()
 
     # ---- handlers ----------------------------------------------------------------------
@@ -521,15 +549,19 @@ class FaultServer(ThreadedServer):
 
     async def _completion(self, request: web.Request) -> web.StreamResponse:
         self.paths[request.path] += 1
+        if self._draining:  # a graceful stop: a new request on an open connection is hung up
+            return _hang_up(request)
         try:
             body = await request.json()
         except ValueError:
             return web.json_response({"error": {"message": "bad JSON"}}, status=400)
         text = _prompt_text(body) if isinstance(body, dict) else ""
+        # the probe's messages are the check request's: told apart by its constraint
+        probe = isinstance(body, dict) and body.get("messages") == PROBE_MESSAGES
+        if probe and "structured_outputs" in body:
+            return await self._probe(request, body)
         if isinstance(body, dict) and body.get("messages") == _CHECK_MESSAGES:
             return await self._check(request, body)
-        if isinstance(body, dict) and body.get("messages") == PROBE_MESSAGES:
-            return await self._probe(request, body)
         match = MARKER.search(text)
         key = match.group(1) if match else ""
         self.requests[key] += 1
@@ -578,8 +610,12 @@ class FaultServer(ThreadedServer):
             await asyncio.sleep(action.delay)
         if action.kind == "hang":
             assert self._release is not None
-            await self._release.wait()
-            return _hang_up(request)
+            held = asyncio.Event()
+            self._held.append(held)
+            await _first_of(held.wait(), self._release.wait())
+            if not held.is_set():
+                return _hang_up(request)
+            return self._answer(request.path, key, body, ok())
         if action.kind == "drop":
             return _hang_up(request)
         if action.kind == "status":
@@ -623,7 +659,7 @@ class FaultServer(ThreadedServer):
                 "id": f"cmpl-{key}",
                 "object": "text_completion",
                 "model": self.model,
-                "choices": [{"index": 0, "text": content, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "text": content, "finish_reason": self.finish_reason}],
                 "usage": usage,
             }
         else:
@@ -635,7 +671,7 @@ class FaultServer(ThreadedServer):
                     {
                         "index": 0,
                         "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
+                        "finish_reason": self.finish_reason,
                     }
                 ],
                 "usage": usage,

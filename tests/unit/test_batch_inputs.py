@@ -443,6 +443,28 @@ def test_a_cp1252_byte_is_refused_naming_line_and_offset_and_read_with_its_encod
     assert [i.id for i in items] == ["r1", "café"] and items[1].fields["text"] == "crème"
 
 
+def test_bytes_that_are_not_utf16_name_their_line_and_offset(tmp_path):
+    """Issue 34 item 14: --encoding utf-16 on other bytes was "internal error (UnicodeError)"
+    (Python's UTF-16 codec raises a plain UnicodeError without a byte-order mark)."""
+    plain = tmp_path / "utf8.jsonl"
+    plain.write_bytes(b'{"id": "r1", "text": "a"}\n')
+    with pytest.raises(UserError, match=r"line 1, byte offset 0: UTF-16 stream does not start "
+                       r"with BOM.*--encoding utf-16-le or utf-16-be"):  # fmt: skip
+        scan_input(plain, "jsonl", "id", "utf-16")
+    two = '{"id": "r1"}\n{"id": "r2"}\n'.encode("utf-16")  # BOM + 2 lines of 13 characters
+    surrogate = tmp_path / "surrogate.jsonl"
+    surrogate.write_bytes(two + b"\x00\xd8A\x00\n\x00")  # a lone high surrogate on line 3
+    with pytest.raises(UserError, match=r"line 3, byte offset 54 \(0x00\) has no character"):
+        scan_input(surrogate, "jsonl", "id", "utf-16")
+    odd = tmp_path / "odd.jsonl"
+    odd.write_bytes(two + b"{")  # half a character at the end
+    with pytest.raises(UserError, match=r"line 3, byte offset 54: the file ends inside a char"):
+        scan_input(odd, "jsonl", "id", "utf-16")
+    good = tmp_path / "ok.jsonl"
+    good.write_bytes(two)
+    assert [i.id for i in read_records(good, "jsonl", "id", "utf-16")] == ["r1", "r2"]
+
+
 def test_lone_cr_line_endings_still_split_records(tmp_path):
     p = tmp_path / "mac.csv"
     p.write_bytes(b"id,text\rr1,a\rr2,b\r")

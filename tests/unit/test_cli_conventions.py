@@ -341,3 +341,24 @@ def test_the_command_lists_mark_no_command_as_required():
         text = parser.format_help()
         listing = text.split("positional arguments:", 1)[1].split("\n\n", 1)[0]
         assert "(required)" not in listing, (path, listing)
+
+
+def test_an_endpoint_with_a_query_string_is_refused_with_the_fix(tmp_path):
+    """Issue 34 item 14: `?api_key=...` in --endpoint could never work (the kit appends
+    /v1/models after the query) and the message blamed the server. Refused before anything
+    is read or sent (exit 2), the secret redacted, the fix named."""
+    from sparkops.samples import SMALL_PIPELINE
+    from tests.plugins.cli import sparkops as run_sparkops
+
+    (tmp_path / "in.jsonl").write_text('{"id": "1", "text": "a"}\n')
+    for url in ("http://127.0.0.1:9/v1?api_key=sekrit", "http://127.0.0.1:9/v1#x"):
+        proc = run_sparkops(
+            "batch", "run", "--pipeline", str(SMALL_PIPELINE), "--input",
+            str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "job"), "--endpoint", url,
+            "--no-progress", timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith("sparkops: error: --endpoint http://127.0.0.1:9/v1")
+        assert "query string" in line and "--api-key-env" in line and "sekrit" not in line
+        assert "cannot reach" not in line and not (tmp_path / "job").exists()

@@ -71,11 +71,25 @@ def read_all(directory: Path) -> dict[str, Any]:
 # the fixture (the OpenAI lines carry no finish time, so a sweep level of them has no window).
 ADDED = {
     "pipeline": {
-        "report": {"steady_samples": 5},
+        "report": {
+            "steady_samples": 5,
+            "truncated_answers": {},
+            "results_damaged_lines": 0,
+            "results_repeated_lines": 0,
+            "results_lines_note": None,
+        },
+        "status": {"truncated": 0, "damaged_lines": 0, "repeated_lines": 0},
         "level": {"steady_samples": 5, "steady_s": 1024.0},
     },
     "openai": {
-        "report": {"steady_samples": 5},
+        "report": {
+            "steady_samples": 5,
+            "truncated_answers": {},
+            "results_damaged_lines": 0,
+            "results_repeated_lines": 0,
+            "results_lines_note": None,
+        },
+        "status": {"truncated": 0, "damaged_lines": 0, "repeated_lines": 0},
         "level": {"steady_samples": None, "steady_s": None},
     },
 }

@@ -52,3 +52,26 @@ def test_a_broken_pipeline_is_refused_without_a_server(tmp_path: Path) -> None:
     bad.write_text(RECORD_FIRST + "    next: {yes: nowhere, no: stop}\n")
     proc = sparkops("pipeline", "check", str(bad), timeout=120)
     assert proc.returncode == 2 and "nowhere" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_format_spec_or_nested_field_in_a_template_is_one_line_exit_2(tmp_path: Path) -> None:
+    """Issue 34 item 14: `{text!r:>{id}}` was "internal error" in `batch run` and a traceback
+    in `pipeline check`; both now refuse it before any request, naming the placeholder."""
+    bad = tmp_path / "nested.yaml"
+    bad.write_text(
+        "name: bad\nmodel: tiny\nsteps:\n  - name: s\n"
+        '    user: "Note: {text!r:>{id}}"\n    parse: {choices: [yes, no]}\n'
+    )
+    (tmp_path / "in.jsonl").write_text('{"id": "5", "text": "a"}\n')
+    check = sparkops("pipeline", "check", str(bad), timeout=120)
+    run = sparkops(
+        "batch", "run", "--pipeline", str(bad), "--input", str(tmp_path / "in.jsonl"),
+        "--out", str(tmp_path / "job"), "--endpoint", "http://127.0.0.1:9", "--no-progress",
+        timeout=120,
+    )  # fmt: skip
+    for proc in (check, run):
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith("sparkops: error: ") and "{text!r:>{id}}" in line
+        assert "use {fieldname}" in line and "internal error" not in line
+    assert not (tmp_path / "job").exists()

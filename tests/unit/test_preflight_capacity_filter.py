@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from sparkops.jobdir.identity import capacity, capacity_warning
 from sparkops.doctor.preflight import Settings
+from sparkops.jobdir.identity import capacity, capacity_warning
 
 FILTERS = Path(__file__).resolve().parents[2] / "ansible" / "plugins" / "filter"
 spec = importlib.util.spec_from_file_location("sparkops_doctor", FILTERS / "sparkops_doctor.py")

@@ -373,3 +373,40 @@ def test_throughput_plot_without_samples_or_records_says_so_in_its_legend(tmp_pa
     report = write_report(job)
     assert report["records_per_min"] is None and report["finished"] == 0
     assert (job / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("step", [3600.0, -3600.0])
+def test_whole_run_records_per_min_survives_a_wall_clock_step(tmp_path, step):
+    """Issue 34 item 13: 120 records over 120 s with the wall clock stepped by an hour
+    half-way (NTP, a suspended VM's clock): the whole-run rate comes from the run's monotonic
+    span (the end line's active_s), not the stamps, which still say the stepped time."""
+    times = [1000.0 + i for i in range(1, 61)] + [1000.0 + step + i for i in range(61, 121)]
+    job = make_job(tmp_path, [(1000.0, 4, times)])
+    append_json(job / "runs.jsonl", {"event": "end", "run": 1, "t": times[-1], "active_s": 120.0})
+    report = write_report(job)
+    assert report["records_per_min"] == pytest.approx(60.0, rel=0.01)
+    assert report["wall_s"] == pytest.approx(120.0)
+
+
+def test_the_run_measures_its_active_span_on_the_monotonic_clock(tmp_path):
+    """The writer side of the same: Fates stamps the last finish on the monotonic clock, while
+    `t` keeps the wall clock a person reads, stepped or not."""
+    from unittest import mock
+
+    from sparkops.batch.fate import Fates, RecordState, Stats
+    from sparkops.batch.records import Record
+
+    written: list[dict] = []
+    journal = mock.Mock(append=written.append, dir=tmp_path)
+    fates = Fates(journal, Stats(), 1)
+    wall, mono = [1000.0], [50.0]
+    with (
+        mock.patch("time.time", lambda: wall[0]),
+        mock.patch("time.monotonic", lambda: mono[0]),
+    ):
+        for i in range(3):
+            wall[0] += 3600.0 if i == 1 else 1.0  # a wall-clock step before the second record
+            mono[0] += 1.0
+            fates.done(RecordState(Record(f"r{i}", i + 1, {}), "a", started=wall[0]), "yes")
+    assert fates.last_finish == 53.0
+    assert [x["t"] for x in written] == [1001.0, 4601.0, 4602.0]

@@ -63,7 +63,7 @@ def test_real_failures_and_other_commands_are_not_retried(connection):
 
 def test_a_command_given_as_bytes_passes_through(connection):
     """docker_api's own put_file sends b'id -u && id -g'."""
-    conn, _sent, answers = connection
+    conn, sent, answers = connection
     answers += [(0, b"0\n0\n")]
     assert len(sent) == 0
     assert conn.exec_command(b"id -u && id -g") == (0, b"0\n0\n", b"")

@@ -23,8 +23,8 @@ from ansible.errors import AnsibleFilterError
 if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 try:
-    from sparkops.jobdir.identity import capacity, capacity_warning
     from sparkops.doctor.preflight import Settings, SettingsError, preflight
+    from sparkops.jobdir.identity import capacity, capacity_warning
 except ImportError as exc:  # pragma: no cover - depends on the controller's environment
     raise AnsibleFilterError(
         f"sparkops_preflight needs pydantic on the controller ({exc}): run ansible-playbook "

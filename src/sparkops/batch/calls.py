@@ -4,7 +4,10 @@ A failure that is the server's (batch/outcome.py) is retried with full-jitter ba
 Retry-After longer than the backoff wins) and benches the endpoint, except a timeout. At the
 call's deadline (--retry-for) it ends the record only when other records were answered after
 its previous failed attempt, or when the endpoint answers a check request (batch/checks.py):
-then it is this record's problem. Otherwise it is an outage, and the job-level deadline
+then it is this record's problem. A connection that failed (refused, reset) is judged by the
+check request alone: a server stopping gracefully (vLLM's front end on SIGTERM) still answers
+the calls it holds while it refuses new ones, and those late answers say nothing about a
+record that could not reach it. Otherwise it is an outage, and the job-level deadline
 (batch/stop_rules.py) stops the job with the record unfinished. A call cancelled because its
 endpoint stalled is re-sent at once without counting as an attempt; one that stalled alone
 is retried, and ends the record on its third time.
@@ -93,7 +96,9 @@ class Caller:
                     if no_answer.due(now):
                         self.stop(no_answer.stop())  # an outage: the record stays unfinished
                         return outcome
-                    if no_answer.last_ok > since or await self.checks.answers(ep):
+                    if (not outcome.unreachable and no_answer.last_ok > since) or (
+                        await self.checks.answers(ep)
+                    ):
                         stats.calls += 1
                         return outcome.alone(attempt)  # others were answered: its own
             since = now

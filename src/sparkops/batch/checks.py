@@ -135,18 +135,24 @@ class Checks:
             pool.check()  # the check's answer is progress: the endpoint rejoins now
         return live
 
-    def answered_by(self, model: str | None) -> None:
-        """An answer named `model`: report a model other than the pipeline's, once each."""
+    def answered_by(self, model: str | None) -> bool:
+        """An answer named `model`: report a model other than the pipeline's, once each.
+
+        False when the answer must not be kept: with --strict-serving an answer from another
+        model stops the job, and its record stays unfinished (a resume after the fix sends
+        it again) instead of being journalled with the other model's decision."""
         expected = self.model
         if model is None or expected is None or model == expected:
-            return
+            return True
+        strict = self.strict_model
         if model in self.other_models:
-            return
+            return not strict
         self.other_models.add(model)
         if self.on_other_model is not None:
             self.on_other_model(model, expected)
-        if self.strict_model:
+        if strict:
             self.stop(Stop("model-changed", other_model_message(model, expected, True)))
+        return not strict
 
 
 # ---- before the first record ------------------------------------------------------------

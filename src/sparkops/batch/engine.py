@@ -259,7 +259,8 @@ class Engine:
             return None
         if self.fail_fast.watching:
             self.fail_fast.release()
-        self.checks.answered_by(result.model)
+        if not self.checks.answered_by(result.model):
+            return None  # --strict-serving refused it: unfinished, a resume sends it again
         nxt = self.workload.answered(state, result, self.fates)
         if nxt is None:
             return None  # finished: its fate is written

@@ -15,6 +15,7 @@ from typing import Any
 
 from sparkops.batch.outcome import Answer, Failure
 from sparkops.batch.records import Record
+from sparkops.batch.truncation import Truncation
 from sparkops.jobdir import openai_lines
 from sparkops.jobdir.journal import Journal
 from sparkops.jobdir.lines import RECORD_ERROR, ResultLine
@@ -69,6 +70,11 @@ class Fates:
         # The job's serving epoch (batch/serving.py): 0 as the job found its endpoints, +1 at
         # every identity change; each finished record carries it, the boundary in the results.
         self.serving = 0
+        # When the last record finished, on the monotonic clock: the run's end line says how
+        # long the run was active from it, which a wall-clock step cannot change (`t` can).
+        self.last_finish: float | None = None
+        # answers cut off at max_tokens, per step (the job sets its warning's outlet)
+        self.truncation = Truncation()
 
     def close(self) -> None:
         self.meta.close()
@@ -86,7 +92,9 @@ class Fates:
             serving=self.serving,
         )
         self.journal.append(line.to_json())
+        self.last_finish = time.monotonic()
         self.stats.done += 1
+        self.truncation.count(state.steps)
 
     def error(
         self,
@@ -110,6 +118,7 @@ class Fates:
             serving=self.serving,
         )
         self.journal.append(result.to_json())
+        self.last_finish = time.monotonic()
         self.stats.errors += 1
 
     def openai(
@@ -134,6 +143,7 @@ class Fates:
         if isinstance(outcome, Failure):
             meta["failure"] = failure_fields(outcome)
         self.meta.append(meta)
+        self.last_finish = time.monotonic()
         if ok:
             self.stats.done += 1
         else:

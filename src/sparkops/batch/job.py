@@ -84,10 +84,12 @@ FINAL_SAMPLE_S = 5.0
 
 
 class _Signals:
-    """SIGINT / SIGTERM during a job: stop the engine (cancel in-flight calls, flush the
-    journal) instead of dying mid-write; before the engine runs, cancel the job's task."""
+    """SIGINT / SIGTERM / SIGHUP during a job: stop the engine (cancel in-flight calls, flush
+    the journal) instead of dying mid-write; before the engine runs, cancel the job's task.
+    SIGHUP (the terminal went away: a dropped ssh session) is left alone where it is ignored
+    (`nohup`), so a job started that way keeps running as its user asked."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -98,6 +100,8 @@ class _Signals:
     def __enter__(self) -> _Signals:
         loop = asyncio.get_running_loop()
         for signum in self.SIGNALS:
+            if signum == signal.SIGHUP and signal.getsignal(signum) is signal.SIG_IGN:
+                continue  # nohup: a hang-up must not stop the job
             try:
                 loop.add_signal_handler(signum, self._handle, signum)
             except (ValueError, RuntimeError, NotImplementedError):
@@ -170,6 +174,8 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
             if signals.signum is None:
                 raise
             name = signal.Signals(signals.signum).name
+            if signals.signum == signal.SIGHUP:
+                raise JobStopped(hangup_message("before any record was sent")) from None
             raise Interrupted(
                 f"interrupted ({name}) before any record was sent; run the same command "
                 "again to resume",
@@ -217,12 +223,15 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                     f"sparkops: sending {job.retried} record(s) that ended in error again",
                     file=sys.stderr,
                 )
+            if job.journal.damage:  # said once, before the resume: the lines stay as they are
+                print(f"sparkops: warning: {job.journal.damage.sentence()}", file=sys.stderr)
             watch = await ServingWatch.start(side, pool, headers, cfg, job, manifest, stack)
             start = {
                 "concurrency": cfg.concurrency,
                 "endpoints": len(pool.endpoints),
                 "schedule": cfg.policy,
             }
+            run_started = time.monotonic()  # the end line's active_s: a span no clock step moves
             job.log(lines.RunEvent("start", job.number, time.time(), start))
             engine = Engine(
                 EngineConfig(
@@ -240,7 +249,7 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
             signals.engine = engine
             t0 = time.monotonic()
             sampler = Sampler(side, pool, headers, job, engine.stats, watch)
-            await _run_engine(cfg, job, engine, source, sampler, watch)
+            await _run_engine(cfg, job, engine, source, sampler, watch, run_started)
     _raise_for_stop(engine.stop_reason, job.journal)
     return _summary(cfg, source.total, engine.stats, time.monotonic() - t0, job)
 
@@ -252,6 +261,7 @@ async def _run_engine(
     source: InputSource,
     sampler: Sampler,
     watch: ServingWatch,
+    run_started: float,
 ) -> None:
     """The run proper: the engine over the input, with the progress line, the sampler, the
     input watch and the stall log beside it; the run's end line, however it ends."""
@@ -264,6 +274,7 @@ async def _run_engine(
         status_interval=cfg.status_interval,
     )
     watch.attach(engine, view)
+    engine.fates.truncation.on_warning = view.say  # answers cut off at max_tokens
 
     def on_stall_change(change: StallChange) -> None:  # job log + progress (batch/stall.py)
         job.log(stall.run_event(change, job.number, time.time()))
@@ -288,7 +299,18 @@ async def _run_engine(
         end = lines.RunEvent("end", job.number, time.time())
         if engine.stop_reason is not None:
             end.extra["stopped"] = engine.stop_reason.kind
+        if engine.fates.last_finish is not None:
+            end.extra["active_s"] = round(engine.fates.last_finish - run_started, 3)
         job.log(end)
+
+
+def hangup_message(progress: str) -> str:
+    """SIGHUP's one line (exit 1, resumable): the terminal went away, here is how to go on."""
+    return (
+        f"stopped: the terminal hung up (SIGHUP: a dropped ssh session?); {progress}; run the "
+        "same command again to resume (under tmux, nohup or the job's systemd unit a dropped "
+        "session does not stop it)"
+    )
 
 
 def _manifest(workload: Workload, cfg: JobConfig, source: InputSource) -> Manifest:
@@ -308,6 +330,8 @@ def _manifest(workload: Workload, cfg: JobConfig, source: InputSource) -> Manife
 
 def _raise_for_stop(stop: Stop | None, journal: Journal) -> None:
     """A job that stopped before its input was done ends as an exception (exit 1, resumable)."""
+    if stop is not None and stop.kind == "signal" and stop.signum == signal.SIGHUP:
+        raise JobStopped(hangup_message(f"{journal.done_ok} done, {journal.done_err} errors"))
     if stop is not None and stop.kind == "signal":
         assert stop.signum is not None
         raise Interrupted(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 import annotated_types
 from pydantic import (
@@ -257,6 +258,22 @@ class JobConfig(EngineSettings):
         if value not in POLICIES:
             raise ValueError(f"choose one of {', '.join(sorted(POLICIES))}")
         return value
+
+    @model_validator(mode="after")
+    def _no_query(self) -> JobConfig:
+        """The kit appends paths (/v1/models, /v1/chat/completions, /metrics) to a base URL:
+        a query string (`?api_key=...`) would end up in the middle of each, and every call
+        would fail as if the server were wrong. Refused, naming the fix."""
+        for url in self.endpoints:
+            parts = urlsplit(url)
+            if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
+                raise ValueError(
+                    f"--endpoint {redact(url)} has a query string or fragment ('?' or '#'); the "
+                    "kit appends /v1/models, /v1/chat/completions and /metrics to the endpoint, "
+                    "so it must be a base URL: give the key with --api-key-env VAR (sent as a "
+                    "bearer key, as vLLM's --api-key and LiteLLM expect) and drop the '?...'"
+                )
+        return self
 
     @model_validator(mode="after")
     def _one_authorization(self) -> JobConfig:

@@ -212,6 +212,16 @@ def _read_200(path: str, body: Any, want_text: bool) -> tuple[Failure | None, st
     return None, text
 
 
+def finish_reason(body: dict[str, Any]) -> str | None:
+    """Why the model stopped its first choice ("stop", "length": cut off at max_tokens, ...);
+    None when the answer does not say."""
+    try:
+        reason = body["choices"][0].get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return reason if isinstance(reason, str) else None
+
+
 def answer_text(body: dict[str, Any]) -> str | None:
     """The text of the first choice (chat `message.content`, or completions `text`); None when
     it has none (content null or not a string, no message, a tool call)."""

@@ -86,7 +86,7 @@ def _lines(path: Path, encoding: str, limit: int | None = None) -> Iterator[tupl
                 if bounded.short and not line.endswith(("\n", "\r")):
                     return  # the file shrank under the job: half a line is not a record
                 yield n, line
-        except UnicodeDecodeError:
+        except UnicodeError:  # UnicodeDecodeError, or UTF-16's "does not start with BOM"
             raise UserError(_where_undecodable(path, encoding)) from None
 
 
@@ -118,17 +118,49 @@ class _Bounded(io.RawIOBase):
 def _where_undecodable(path: Path, encoding: str) -> str:
     """The message for the first byte of `path` that `encoding` cannot decode."""
     decoder = codecs.getincrementaldecoder(encoding)()
-    offset = 0
+    offset = 0  # bytes of the file before `raw`
+    line = 1  # the text's line `raw` starts in (counted in decoded text: UTF-16's \n is 2 bytes)
     with path.open("rb") as fh:
         for n, raw in enumerate(fh, start=1):
             skip = 3 if n == 1 and encoding == UTF8 and raw.startswith(_BOM) else 0
+            state = decoder.getstate()
+            held = state[0]  # bytes of a character begun in the chunk before
             try:
-                decoder.decode(raw[skip:])
+                text = decoder.decode(raw[skip:])
             except UnicodeDecodeError as err:
-                at = skip + err.start
-                return _encoding_message(path, n, offset + at, raw[at], encoding)
+                at = offset + skip - len(held) + err.start
+                byte = (held + raw[skip:])[err.start]
+                valid = codecs.getincrementaldecoder(encoding)()  # the text before the error
+                valid.setstate(state)
+                line += valid.decode(raw[skip:][: max(0, err.start - len(held))]).count("\n")
+                return _encoding_message(path, line, at, byte, encoding)
+            except UnicodeError as err:  # a codec's own refusal (UTF-16 without a BOM)
+                return _stream_message(path, line, offset, str(err), encoding, bom=True)
+            line += text.count("\n")
             offset += len(raw)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeError:
+            held = decoder.getstate()[0]
+            return _stream_message(
+                path, line, offset - len(held), "the file ends inside a character", encoding
+            )
     return f"{path} is not {encoding} text (nothing was sent); pass the --encoding it was saved in"
+
+
+def _stream_message(
+    path: Path, line: int, offset: int, why: str, encoding: str, bom: bool = False
+) -> str:
+    """A decoding failure that is not one bad byte (no byte-order mark, a cut character)."""
+    hint = (
+        " (UTF-16 without a byte-order mark: --encoding utf-16-le or utf-16-be)"
+        if bom and codecs.lookup(encoding).name.startswith("utf-16")
+        else ""
+    )
+    return (
+        f"{path} is not {encoding}: line {line}, byte offset {offset}: {why} (nothing was "
+        f"sent); pass the --encoding it was saved in{hint}"
+    )
 
 
 def _encoding_message(path: Path, line: int, offset: int, byte: int, encoding: str) -> str:

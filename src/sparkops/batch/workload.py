@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 import aiohttp
 
 from sparkops.batch.fate import Fates, RecordState
-from sparkops.batch.outcome import Answer, Failure
+from sparkops.batch.outcome import Answer, Failure, finish_reason
 from sparkops.batch.records import InputKind, InputProblem, Record
 from sparkops.errors import UserError
 from sparkops.pipeline import constrain
@@ -225,6 +225,7 @@ class Pipeline:
             parsed=parsed,
             raw=text,
             model=answer.model,
+            finish_reason=finish_reason(answer.body),  # "length": cut off at max_tokens
             prompt_tokens=answer.usage.get("prompt_tokens"),
             completion_tokens=answer.usage.get("completion_tokens"),
             cached_tokens=details.get("cached_tokens"),

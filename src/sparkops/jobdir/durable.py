@@ -163,15 +163,24 @@ def iter_json_lines(path: Path) -> Iterator[dict[str, Any]]:
     but not an object) is skipped: for results, its record is then not finished, so a resume
     sends it again instead of crashing on every start.
     """
+    for _, obj in numbered_json_lines(path):
+        if obj is not None:
+            yield obj
+
+
+def numbered_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """(1-based line number, object) of every complete line of a job file; the object is
+    None for a damaged line, so a reader can say which lines it skipped (`iter_json_lines`
+    skips them silently)."""
     if not path.is_file():
         return
     with path.open("r", encoding="utf-8", errors="replace") as fh:
-        for raw in fh:
+        for n, raw in enumerate(fh, start=1):
             if not raw.endswith("\n"):
                 break
             try:
                 obj = json_codec.decode(raw)
             except ValueError:
+                yield n, None
                 continue
-            if isinstance(obj, dict):
-                yield obj
+            yield n, obj if isinstance(obj, dict) else None

@@ -19,7 +19,7 @@ from sparkops.jobdir import lines
 from sparkops.jobdir.durable import (
     dumps_line,
     fsync_fd,
-    iter_json_lines,
+    numbered_json_lines,
     open_append,
     repair_torn_tail,
     write_all,
@@ -46,27 +46,34 @@ class Journal:
         self._last_sync = 0.0
         self._dirty = False
         self._path = directory / RESULTS  # built once: append() passes it on every record
+        # lines found on open that count no record (damaged, or a record's second line)
+        self.damage = lines.ResultsDamage()
 
     @property
     def path(self) -> Path:
         return self._path
 
-    def _count(self, obj: dict[str, Any]) -> None:
-        """One finished record: its key is done, and it adds to the ok or the error tally."""
+    def _count(self, obj: dict[str, Any]) -> bool:
+        """One finished record: its key is done, and it adds to the ok or the error tally.
+        False for a line of a record already finished (its first line counts)."""
         result = lines.outcome(obj)
         if result.key in self.done:
-            return
+            return False
         self.done.add(result.key)
         if result.ok:
             self.done_ok += 1
         else:
             self.done_err += 1
+        return True
 
     def open(self) -> None:
         """Repair, scan finished keys, and open for appending."""
         repair_torn_tail(self.path)
-        for obj in iter_json_lines(self.path):
-            self._count(obj)
+        for n, obj in numbered_json_lines(self.path):
+            if obj is None:
+                self.damage.add(n, repeated=False)
+            elif not self._count(obj):
+                self.damage.add(n, repeated=True)
         self._fd = open_append(self.path)
         self._last_sync = time.monotonic()
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from sparkops.jobdir.durable import iter_json_lines
+from sparkops.jobdir.durable import iter_json_lines, numbered_json_lines
 from sparkops.jobdir.identity import Identity, IdentityChange
 from sparkops.metrics.timeline import TimelineSample as TimelineSample  # the sampler's writer
 
@@ -44,6 +44,8 @@ Key = str | LineKey
 # What a record's error was (engine, issue 21): the record's own fault ends it; any other kind
 # (the server's: transport, timeout, 5xx, a stall) leaves it unfinished, re-sent on resume.
 RECORD_ERROR = "record"
+# A step's finish_reason when the model was cut off by its max_tokens (OpenAI's and vLLM's).
+CUT_OFF = "length"
 
 
 def record_key(rid: str | None, line: int) -> Key:
@@ -96,6 +98,7 @@ class Outcome:
     error_kind: str | None  # RECORD_ERROR, another kind, or None (a success, an older line)
     final: str | None  # a pipeline's decision (None for OpenAI lines and errors)
     cause: str | None = None  # `failure.cause`; None: a success, OpenAI (meta line), older
+    cut: int = 0  # steps whose answer was cut off at max_tokens (finish_reason "length")
 
     @property
     def record_error(self) -> bool:
@@ -117,6 +120,7 @@ def outcome(obj: dict[str, Any]) -> Outcome:
             None if ok or not isinstance(kind, str) else kind,
             str(obj["final"]) if ok and obj.get("final") is not None else None,
             None if ok else failure_cause(obj.get("failure")),
+            _cut_steps(obj.get("steps")),
         )
     rid = obj.get("custom_id")
     if rid is not None:
@@ -132,6 +136,76 @@ def failure_cause(failure: Any) -> str | None:
     """The `cause` of a line's `failure` object (None: no failure, or an older line)."""
     cause = failure.get("cause") if isinstance(failure, dict) else None
     return cause if isinstance(cause, str) else None
+
+
+def _cut_steps(steps: Any) -> int:
+    """How many steps of a results line were cut off at max_tokens (older lines: none)."""
+    if not isinstance(steps, list):
+        return 0
+    return sum(1 for s in steps if isinstance(s, dict) and s.get("finish_reason") == CUT_OFF)
+
+
+@dataclass(slots=True)
+class ResultsDamage:
+    """Lines of results.jsonl that count no record: damaged (not a JSON object: a hand edit,
+    a disk fault) or repeating a record that an earlier line finished. Every reader counts a
+    record once, by its first line; a record whose only line is damaged is unfinished, so a
+    resume sends it again. The first few line numbers of each are kept for the message."""
+
+    damaged: int = 0
+    repeated: int = 0
+    first_damaged: list[int] = field(default_factory=list)
+    first_repeated: list[int] = field(default_factory=list)
+
+    def add(self, line: int, repeated: bool) -> None:
+        if repeated:
+            self.repeated += 1
+            if len(self.first_repeated) < 5:
+                self.first_repeated.append(line)
+        else:
+            self.damaged += 1
+            if len(self.first_damaged) < 5:
+                self.first_damaged.append(line)
+
+    def __bool__(self) -> bool:
+        return bool(self.damaged or self.repeated)
+
+    def sentence(self) -> str:
+        """One sentence for `batch status`, the resume's warning and the report."""
+        parts = []
+        if self.damaged:
+            parts.append(f"{_lines_named(self.damaged, self.first_damaged)} not a results line")
+        if self.repeated:
+            parts.append(
+                f"{_lines_named(self.repeated, self.first_repeated)} a record an earlier line "
+                "already finished"
+            )
+        return (
+            f"results.jsonl: {' and '.join(parts)}; skipped: each record counts once, by "
+            "its first line, and a record whose only line is damaged is sent again by a "
+            "resume (a hand edit or a disk fault? check the file)"
+        )
+
+
+def _lines_named(n: int, first: list[int]) -> str:
+    shown = ", ".join(str(x) for x in first) + (", ..." if n > len(first) else "")
+    return f"line {shown} is" if n == 1 else f"{n:,} lines ({shown}) are"
+
+
+def read_results(path: Path, damage: ResultsDamage) -> Iterator[tuple[dict[str, Any], Outcome]]:
+    """Each record's first results line of `path` with its outcome, once per record; lines
+    that count no record are added to `damage`."""
+    seen: set[Key] = set()
+    for n, obj in numbered_json_lines(path):
+        if obj is None:
+            damage.add(n, repeated=False)
+            continue
+        result = outcome(obj)
+        if result.key in seen:
+            damage.add(n, repeated=True)
+            continue
+        seen.add(result.key)
+        yield obj, result
 
 
 def succeeded(obj: dict[str, Any]) -> bool:
@@ -193,15 +267,23 @@ class StepUsage:
     prompt_tokens: int  # 0 when the server gave none
     completion_tokens: int
     cached_tokens: int | None  # None: the server did not say (not the same as 0)
+    finish_reason: str | None = None  # None: not said, or a line from an older client
+
+    @property
+    def cut(self) -> bool:
+        """The answer was cut off at the step's max_tokens."""
+        return self.finish_reason == CUT_OFF
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> StepUsage:
         cached = _number(obj.get("cached_tokens"))
+        reason = obj.get("finish_reason")
         return cls(
             str(obj.get("step")),
             int(_number(obj.get("prompt_tokens")) or 0),
             int(_number(obj.get("completion_tokens")) or 0),
             None if cached is None else int(cached),
+            reason if isinstance(reason, str) else None,
         )
 
 
@@ -309,6 +391,12 @@ class RunEvent:
     def out_s(self) -> float | None:
         """rejoined: seconds out of rotation."""
         return _number(self.extra.get("out_s"))
+
+    @property
+    def active_s(self) -> float | None:
+        """end: seconds from the run's start to its last finished record, on the monotonic
+        clock (None: no record finished, or a line from an older client)."""
+        return _number(self.extra.get("active_s"))
 
     def to_json(self) -> dict[str, Any]:
         return {"event": self.event, "run": self.run, "t": self.t, **self.extra}

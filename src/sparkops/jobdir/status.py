@@ -9,7 +9,7 @@ record's; `remaining` are records with no line yet (a resume sends them).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkops.jobdir import lines
@@ -28,6 +28,10 @@ class JobStatus:
     runs: int
     last_run_finished: bool
     running_pid: int | None
+    # records with an answer cut off at a step's max_tokens (finish_reason "length")
+    truncated: int = 0
+    # results lines that count no record (damaged, or repeating a finished record)
+    damage: lines.ResultsDamage = field(default_factory=lines.ResultsDamage)
 
     @property
     def errors(self) -> int:
@@ -59,6 +63,9 @@ class JobStatus:
             "complete": self.complete,
             "empty_input": self.empty_input,
             "running_pid": self.running_pid,
+            "truncated": self.truncated,
+            "damaged_lines": self.damage.damaged,
+            "repeated_lines": self.damage.repeated,
         }
 
 
@@ -66,15 +73,13 @@ def job_status(directory: Path) -> JobStatus:
     """Counts from the job's files, and the pid of a run working on it now (None if none)."""
     manifest = load_manifest(directory)
     job = JobDir(directory)
-    done = record_errors = other_errors = 0
-    seen: set[lines.Key] = set()
-    for result in lines.outcomes(job.results):
-        if result.key in seen:
-            continue
-        seen.add(result.key)
+    done = record_errors = other_errors = truncated = 0
+    damage = lines.ResultsDamage()
+    for _, result in lines.read_results(job.results, damage):
         done += result.ok
         record_errors += result.record_error
         other_errors += not result.ok and not result.record_error
+        truncated += result.cut > 0
     runs = 0
     last_start = None
     ended: set[int] = set()
@@ -92,6 +97,8 @@ def job_status(directory: Path) -> JobStatus:
         runs,
         last_start is not None and last_start in ended,
         lock_holder(directory),
+        truncated,
+        damage,
     )
 
 
@@ -111,6 +118,13 @@ def status_line(directory: Path, st: JobStatus) -> str:
     )
     if st.errors:
         line += "; `sparkops batch run ... --retry-errors` sends the errors again"
+    if st.damage:
+        line += "; " + st.damage.sentence()
+    if st.truncated:
+        line += (
+            f"; {st.truncated} record(s) have an answer cut off at a step's max_tokens "
+            '(finish_reason "length" in results.jsonl): raise that step\'s max_tokens'
+        )
     return line
 
 

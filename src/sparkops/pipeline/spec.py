@@ -127,6 +127,14 @@ class StepSpec(BaseModel):
                     f"placeholder {{{field}}} is not a plain record field name; "
                     "use {fieldname} (no attribute access, indexing or format specs)"
                 )
+        if (fancy := _formatted_field(v)) is not None:
+            # a conversion or format spec ({text!r}, {text:>{id}}: a nested field) formats
+            # a record's text in ways a prompt never needs, and a nested one reads a field
+            # the record may lack at send time
+            raise ValueError(
+                f"placeholder {fancy} has a conversion or format spec; use {{fieldname}} "
+                "(no attribute access, indexing or format specs)"
+            )
         if not fields:
             # every record would be sent the same prompt: no record text reaches the model
             hint = (
@@ -244,6 +252,21 @@ def successors(spec: PipelineSpec, name: str) -> list[str]:
     if step.next is None:
         return [spec.steps[idx + 1].name] if idx + 1 < len(spec.steps) else []
     return sorted({t for t in step.next.values() if t != STOP})
+
+
+def _formatted_field(template: str) -> str | None:
+    """The first placeholder of `template` with a conversion (`!r`) or a format spec (`:>9`,
+    a nested `{field}` in it too), written as in the template; None when there is none."""
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is not None and (spec or conversion):
+            return (
+                "{"
+                + name
+                + (f"!{conversion}" if conversion else "")
+                + (f":{spec}" if spec else "")
+                + "}"
+            )
+    return None
 
 
 def template_fields(template: str) -> list[str]:

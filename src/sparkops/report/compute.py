@@ -58,6 +58,9 @@ class Totals:
     finish: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     done_finish: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     latencies: list[float] = field(default_factory=list)
+    # per step: answers, and answers cut off at max_tokens (finish_reason "length")
+    answers: Counter[str] = field(default_factory=Counter)
+    cut: Counter[str] = field(default_factory=Counter)
 
     def add(self, timing: lines.Timing) -> None:
         steps = timing.steps
@@ -72,6 +75,8 @@ class Totals:
             if timing.ok:
                 self.done_finish[timing.run].append(t)
         for s in steps:
+            self.answers[s.step] += 1
+            self.cut[s.step] += s.cut
             self.prompt += s.prompt_tokens
             self.cached += s.cached_tokens or 0
             self.completion += s.completion_tokens
@@ -95,12 +100,16 @@ class JobData:
     # finished records per serving epoch (report/serving.py)
     serving_epochs: Counter[int] = field(default_factory=Counter)
     runs: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    # per run, its end line's active_s (monotonic seconds from its start to its last record)
+    active: dict[int, float] = field(default_factory=dict)
     concurrency: dict[int, int] = field(default_factory=dict)
     schedules: list[str] = field(default_factory=list)
     # "stalled"/"rejoined" endpoint events (batch/stall.py)
     stall_events: list[lines.RunEvent] = field(default_factory=list)
     samples: list[TimelineSample] = field(default_factory=list)
     serving_lines: list[lines.ServingRecord] = field(default_factory=list)
+    # results lines that count no record (damaged, or a finished record's second line)
+    damage: lines.ResultsDamage = field(default_factory=lines.ResultsDamage)
 
 
 def load_dir(directory: Path) -> JobData:
@@ -119,7 +128,8 @@ def load_dir(directory: Path) -> JobData:
     reusable = {k: v.get("reusable_tokens", 0) for k, v in (prefix.get("steps") or {}).items()}
     totals = Totals({name: StepTotals() for name in reusable}, reusable)
     data = JobData(manifest, totals, prefix)
-    for line in lines.finished(directory / RESULTS):
+    for obj, _ in lines.read_results(directory / RESULTS, data.damage):
+        line = lines.read_finished(obj)
         data.records += 1
         if line.outcome.ok:
             data.done += 1
@@ -138,6 +148,8 @@ def load_dir(directory: Path) -> JobData:
     for r in lines.run_events(directory / RUNS):
         if r.t is not None:
             data.runs[r.run][r.event] = r.t
+        if r.event == "end" and r.active_s is not None:
+            data.active[r.run] = r.active_s
         if r.event in ("stalled", "rejoined"):
             data.stall_events.append(r)
         if r.event == "start":
@@ -156,7 +168,10 @@ def compute_report(data: JobData) -> dict[str, Any]:
     samples = data.samples
     span = 0.0
     for run, ts in finish.items():
-        start = data.runs.get(run, {}).get("start", min(ts))
+        if run in data.active:  # the monotonic span: a wall-clock step cannot change it
+            span += data.active[run]
+            continue
+        start = data.runs.get(run, {}).get("start", min(ts))  # older runs: wall-clock stamps
         span += max(ts) - start
     # records/min counts records done, not errors (issue 21): the span is the whole run's,
     # errors included, but only done records count in it and in the steady windows
@@ -216,6 +231,13 @@ def compute_report(data: JobData) -> dict[str, Any]:
         "schedule": "+".join(dict.fromkeys(data.schedules)) or None,
         "wall_s": _r(span),
         "finals": dict(data.finals),
+        # per step with any: answers cut off at max_tokens, and that step's answers
+        "results_damaged_lines": data.damage.damaged,
+        "results_repeated_lines": data.damage.repeated,
+        "results_lines_note": data.damage.sentence() if data.damage else None,
+        "truncated_answers": {
+            step: {"cut": n, "answers": totals.answers[step]} for step, n in totals.cut.items() if n
+        },
         "stalled_endpoints": [row.as_dict() for row in stalls.summarise(data.stall_events)],
         "serving": report_serving.summarise(data.serving_lines, data.serving_epochs, data.samples),
     }

@@ -70,6 +70,15 @@ def _notes(report: dict[str, Any]) -> list[str]:
         notes.append(f"Steady records/min: not measured: {reason}.")
     if note := short_window_note(report.get("steady_samples"), "A steady window"):
         notes.append(note)
+    if report.get("results_lines_note"):
+        notes.append(report["results_lines_note"])
+    for step, n in (report.get("truncated_answers") or {}).items():
+        notes.append(
+            f"Step {step}: {n['cut']:,} of {n['answers']:,} answers were cut off at its "
+            'max_tokens (finish_reason "length"): their decisions are partial answers or the '
+            "step's default; raise the step's max_tokens and run the job again (--restart, or "
+            "a new --out)."
+        )
     if report.get("bottleneck_sentence"):
         notes.append(f"Bottleneck: {report['bottleneck_sentence']}.")
     if report.get("prefix_cache_hit_rate_note"):
