@@ -87,8 +87,8 @@ def test_engine_layout_is_what_vllm_reported():
 
 def test_plan_memory_by_profile_says_what_vllm_will_report(capsys):
     argv = ["plan", "memory", "--profile", "gb10-gemma4-12b-fp8", "--seqs", "960"]
-    assert run([*argv, "--prompt-tokens", "1500", "--shared", "88.7%", "--json"]) == 0
+    assert run([*argv, "--prompt-tokens-per-call", "1500", "--shared", "88.7%", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["engine_kv_tokens"], out["engine_blocks"]) == (373_796, 122_880)
-    assert run([*argv, "--prompt-tokens", "1500", "--shared", "88.7%"]) == 0
+    assert run([*argv, "--prompt-tokens-per-call", "1500", "--shared", "88.7%"]) == 0
     assert "vLLM will report 373,796 KV-cache tokens" in capsys.readouterr().out
