@@ -268,8 +268,8 @@ def plan_memory(
             f"only {seqs_at_context} sequences of {context} tokens fit, not {seqs}: lower the "
             "concurrency or --max-model-len, "
             + ("" if width == 1 else "use an fp8 KV cache, ")
-            + "or give vLLM more memory (shared prompts need less: plan memory --prompt-tokens-per-call "
-            "--shared)"
+            + "or give vLLM more memory (shared prompts need less: plan memory "
+            "--prompt-tokens-per-call --shared)"
         )
     elif usage > KV_USAGE_WARN_FRACTION:
         warnings.append(
