@@ -33,9 +33,24 @@ PIPELINE, NOTES = sample_paths()
 sparkops = partial(cli.sparkops, check=True, quiet=False)
 
 
-def run_args(server, out: Path, inp: Path = NOTES, *extra: str) -> list[str]:
+def free_text_pipeline(folder: Path) -> Path:
+    """The sample pipeline with `constrain: false`, beside a copy of its prompts. The tiny model
+    is random: held to the choices it gives every note the same one (all stop at the screen);
+    free, it writes what no parser reads, and the default routes every record through all
+    three steps, which is what the per-step figures below need."""
+    shutil.copytree(PIPELINE.parent / "prompts", folder / "prompts", dirs_exist_ok=True)
+    text = PIPELINE.read_text()
+    free = folder / "free-text.yaml"
+    free.write_text(text.replace("\nsteps:", "\nconstrain: false\nsteps:", 1))
+    assert "constrain: false" in free.read_text()
+    return free
+
+
+def run_args(
+    server, out: Path, inp: Path = NOTES, *extra: str, pipeline: Path = PIPELINE
+) -> list[str]:
     return [
-        "batch", "run", "--pipeline", str(PIPELINE), "--input", str(inp), "--out", str(out),
+        "batch", "run", "--pipeline", str(pipeline), "--input", str(inp), "--out", str(out),
         "--endpoint", server.openai_url, "--sample-interval", "0.5", *extra,
     ]  # fmt: skip
 
@@ -67,7 +82,8 @@ def sample_job(vllm_server, tmp_path_factory):
         for row in map(json.loads, NOTES.read_text().splitlines()):
             fh.write(json.dumps({**row, "text": f"[{tag}] {row['text']}"}) + "\n")
     out = base / "job"
-    run = sparkops(*run_args(vllm_server, out, notes, "--concurrency", "64"))
+    free = free_text_pipeline(base)
+    run = sparkops(*run_args(vllm_server, out, notes, "--concurrency", "64", pipeline=free))
     report = sparkops("report", str(out))
     return out, run, report, notes
 
@@ -89,7 +105,8 @@ def test_full_run_is_exactly_once_private_and_resumable_to_a_no_op(sample_job, v
     assert not any(t[:30] in printed for t in texts)
     status = sparkops("batch", "status", str(out), "--json")
     assert json.loads(status.stdout)["complete"] is True
-    again = sparkops(*run_args(vllm_server, out, notes, "--no-progress"))
+    free = out.parent / "free-text.yaml"
+    again = sparkops(*run_args(vllm_server, out, notes, "--no-progress", pipeline=free))
     assert "0 done, 0 errors, 300 already finished, 0 calls" in again.stdout
     assert len(results(out)) == 300
 
@@ -183,7 +200,8 @@ def test_kill_9_mid_run_then_resume_gives_every_id_once(vllm_server, tmp_path):
 def test_changed_pipeline_refuses_to_resume(vllm_server, tmp_path, sample_job):
     out, _, _, notes = sample_job
     other = tmp_path / "p.yaml"
-    other.write_text(PIPELINE.read_text().replace("max_tokens: 8", "max_tokens: 9", 1))
+    free = (out.parent / "free-text.yaml").read_text()
+    other.write_text(free.replace("max_tokens: 8", "max_tokens: 9", 1))
     shutil.copytree(PIPELINE.parent / "prompts", tmp_path / "prompts")
     args = run_args(vllm_server, out, notes, "--no-progress")
     args[args.index("--pipeline") + 1] = str(other)

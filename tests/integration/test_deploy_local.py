@@ -299,7 +299,7 @@ def test_the_rendered_router_passes_the_constraint_on_to_the_replicas(
     assert proc.returncode == 0, proc.stderr
     assert "6 done, 0 errors" in proc.stdout
     assert sum(r.probes for r in replicas) == 1  # the probe reached a replica, and held
-    assert arrived == [{"choice": ["yes", "no"]}] * 6
+    assert arrived == [{"choice": ["yes", "Yes", "YES", "no", "No", "NO"]}] * 6
 
 
 def test_data_parallel_over_three_replicas_follows_the_inventory(tmp_path, procs):

@@ -74,11 +74,15 @@ def test_request_carries_the_constraint_and_a_budget_from_the_longest_choice(tmp
     spec = pipe(tmp_path)
     work = Pipeline(spec)
     screen, detail = spec.step("screen"), spec.step("detail")
-    assert constrain.structured_outputs(spec, screen) == {"choice": ["yes", "no", "unclear"]}
+    # each choice as written and in the cases a prompt may ask for: the parser ignores case
+    assert constrain.structured_outputs(spec, screen) == {
+        "choice": ["yes", "Yes", "YES", "no", "No", "NO", "unclear", "Unclear", "UNCLEAR"]
+    }
     # without the tokenizer, the byte bound: "unclear" is 7 bytes, plus the end token
     assert work.budget["screen"] == 8
-    # with it: the longest choice's token count plus one
+    # with it: the longest allowed answer's token count plus one
     assert constrain.budgets(spec, lambda t: {"unclear": 2}.get(t, 1))["screen"] == 3
+    assert constrain.budgets(spec, lambda t: {"UNCLEAR": 4}.get(t, 1))["screen"] == 5
     json_field = constrain.structured_outputs(spec, detail)
     assert json_field is not None and list(json_field) == ["json"]
     schema = json_field["json"]
@@ -222,6 +226,10 @@ def test_a_job_from_before_constraining_resumes_unconstrained_only(tmp_path):
         prepare_dir(out, _manifest({"screen": "choice"}), restart=False)
 
 
+def _cut(text: str) -> dict:
+    return {"message": {"content": text}, "finish_reason": "length"}
+
+
 @pytest.mark.parametrize(
     ("mode", "status", "data", "expected"),
     [
@@ -229,6 +237,14 @@ def test_a_job_from_before_constraining_resumes_unconstrained_only(tmp_path):
         ("json", 200, {"choices": [{"message": {"content": '{"fruit": "kumquat"}'}}]}, None),
         ("choice", 200, {"choices": [{"message": {"content": "Hello!"}}]}, "ignored"),
         ("json", 200, {"choices": [{"message": {"content": '{"fruit": "apple"}'}}]}, "ignored"),
+        # cut off at max_tokens inside the allowed object (a weak model's whitespace): held
+        ("json", 200, {"choices": [_cut('{  "fruit"\r \r \r      ')]}, None),
+        ("json", 200, {"choices": [_cut('{"fruit": "kum')]}, None),
+        # cut off, but not the allowed object's start: ignored
+        ("json", 200, {"choices": [_cut("Hello! How can I")]}, "ignored"),
+        ("json", 200, {"choices": [_cut('{"fruit": "apple')]}, "ignored"),
+        # not cut off and not whole: ignored
+        ("json", 200, {"choices": [{"message": {"content": '{"fruit"'}}]}, "ignored"),
         ("choice", 400, {"error": {"message": "unknown field"}}, "rejected"),
         # no answer that can tell: left to the job's own outage and no-text rules
         ("choice", 503, {"error": {"message": "upstream unavailable"}}, None),
