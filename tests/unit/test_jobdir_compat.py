@@ -6,7 +6,8 @@ ServingLog, the sampler's and the job's run lines, stall.log_event) at aef35b7, 
 line kinds became typed records, by `write_job` below with its clock and uuid pinned; a few
 damaged lines (a JSON array, a sample without a time, a garbled serving line, a torn results
 tail) were appended by hand after. `*.expected.json` holds what `report`, `batch status`,
-`compare`, `bench` and the serving log read from them at that commit.
+`compare`, `bench` and the serving log read from them at that commit, with one reading changed
+since: the KV-cache bottleneck's sentence (issue 30: preemptions first, no "above ~70%" rule).
 """
 
 from __future__ import annotations

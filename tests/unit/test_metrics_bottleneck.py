@@ -68,8 +68,25 @@ def test_kv_cache_by_preemptions_or_usage():
         timeline(in_flight=960, running=700, waiting=260, kv=0.6, preempt_per_s=2), 960, WINDOW
     )
     assert by_preemption.kind == "kv-cache" and by_preemption.preemptions == pytest.approx(40)
-    by_usage = name_bottleneck(timeline(in_flight=960, running=960, kv=0.82), 960, WINDOW)
-    assert by_usage.kind == "kv-cache" and "82% full" in by_usage.sentence
+    full = timeline(in_flight=960, running=960, kv=0.82)
+    # full, and the report measured 4.5 points of hit rate lost to cache pressure
+    by_pressure = name_bottleneck(full, 960, WINDOW, pressure_points=4.5)
+    assert by_pressure.kind == "kv-cache" and "82% full" in by_pressure.sentence
+    assert "4.5 points of hit rate lost to cache pressure" in by_pressure.sentence
+
+
+def test_a_full_cache_that_loses_no_hit_rate_is_not_the_bottleneck():
+    """Issue 30: the report named the KV cache (usage above 70%) while its own hit-rate verdict
+    said 0.0 points were lost to cache pressure; on the H200 Gemma 4 ran 69-81% full with 0
+    preemptions and its hit rate at the ceiling. Full, no pressure, or pressure unknown: the
+    engine (or whatever else bound it) is named."""
+    full = timeline(in_flight=960, running=940, kv=0.81)
+    for pressure in (None, 0.0, 1.9):
+        neck = name_bottleneck(full, 960, WINDOW, pressure_points=pressure)
+        assert neck.kind == "engine", (pressure, neck.sentence)
+    # the hit rate lost but the cache not full: not the cache either
+    roomy = timeline(in_flight=960, running=940, kv=0.40)
+    assert name_bottleneck(roomy, 960, WINDOW, pressure_points=6.0).kind == "engine"
 
 
 def test_front_end_names_api_server_count():

@@ -76,8 +76,12 @@ def test_memory_and_guard_print_their_formula_and_the_notes_figure() -> None:
                       "--prompt-tokens-per-call", "1600", "--shared", "90%",
                       "--gen-tokens-per-call", "125", timeout=120, env=NO_COLUMNS)  # fmt: skip
     assert memory.returncode == 0, memory.stderr
-    assert "Formula: usage = (prefixes x shared blocks + in flight x own blocks)" in memory.stdout
-    assert "ran a 60 GiB FP8 cache at about 55% with no preemption" in memory.stdout
+    assert (
+        "Formula: usage = (shared blocks + in flight x own blocks) / blocks = (267 + 1,000 x "
+        "86.4) / 122,880 = 70.5% typical"
+    ) in memory.stdout
+    assert "75.9% mean, 81.2% peak, no preemption" in memory.stdout
+    assert "The seed's GB10 (vLLM 0.32) read about 55%" in memory.stdout
     guard = sparkops("plan", "guard", "--nvidia-smi", "false", "--total-gb", "128",
                      timeout=120, env=NO_COLUMNS)  # fmt: skip
     assert guard.returncode == 0, guard.stderr

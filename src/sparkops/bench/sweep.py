@@ -301,11 +301,13 @@ def report_markdown(
     gain = speedup(levels)
     if gain is not None:
         lines.append(f"Batching is worth about {gain:.1f}x over the lowest level.\n")
-    ran_full = [lv for lv in levels if lv.kv_usage_max is not None]
-    if ran_full and max(lv.kv_usage_max or 0 for lv in ran_full) > 0.70:
+    preempted = [lv for lv in levels if lv.preemptions]
+    if preempted:
         lines.append(
-            "Warning: the KV cache ran above 70% full at some level; above that the prefix "
-            "cache evicts shared blocks and the hit rate drops.\n"
+            "Warning: vLLM preempted calls at "
+            + ", ".join(f"{lv.concurrency:,}" for lv in preempted)
+            + " in flight: the KV cache ran out there (a level above it measures recomputed "
+            "prompts, not throughput); lower the concurrency or give vLLM a bigger KV cache.\n"
         )
     lines.extend(short_window_warnings(levels))
     lines.extend(f"![{name}]({name})\n" for name in plots)

@@ -32,9 +32,6 @@ from typing import Any
 from sparkops.errors import UserError
 from sparkops.units import EXPANDABLE_SEGMENTS_ABOVE_BYTES, GB, GIB, MIB
 
-# The seed: running the cache above about 70% full cost one to two points of hit rate.
-KV_USAGE_WARN_FRACTION = 0.70
-
 DTYPE_BYTES = {
     "fp8": 1,
     "fp8_e4m3": 1,
@@ -270,12 +267,6 @@ def plan_memory(
             + ("" if width == 1 else "use an fp8 KV cache, ")
             + "or give vLLM more memory (shared prompts need less: plan memory "
             "--prompt-tokens-per-call --shared)"
-        )
-    elif usage > KV_USAGE_WARN_FRACTION:
-        warnings.append(
-            f"{seqs} sequences of {context} tokens would fill {usage:.0%} of the KV cache; above "
-            f"{KV_USAGE_WARN_FRACTION:.0%} the prefix cache evicts shared blocks and the hit "
-            "rate drops: plan for fewer or shorter sequences, or a bigger cache"
         )
     if needs_expandable:
         warnings.append(

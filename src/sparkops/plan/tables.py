@@ -168,33 +168,38 @@ def print_memory(plan: MemoryPlan, console: Console) -> None:
 def print_shared_prefix(plan: SharedPrefixPlan, console: Console) -> None:
     table = Table(title="KV cache with shared prefixes", show_header=False)
     table.add_row("KV bytes / token (every layer)", f"{plan.kv_bytes_per_token:,}")
+    sizes = "/".join(str(b) for b in sorted(set(plan.group_blocks)))
+    table.add_row(
+        "KV cache",
+        f"{plan.kv_cache_bytes / GIB:,.1f} GiB = {plan.pool_blocks:,} blocks "
+        f"({len(plan.group_blocks)} group(s) of {sizes}-token blocks)",
+    )
     table.add_row(
         "shared, held once",
-        f"{plan.prefixes} x {plan.shared_tokens:,} tokens (whole {plan.block_size}-token "
-        f"blocks) = {plan.shared_bytes / GB:,.2f} GB",
+        f"{plan.prefixes} x {plan.shared_tokens:,} tokens (whole {plan.block_size}-token hit "
+        f"blocks) = {plan.shared_blocks:,} blocks",
     )
     table.add_row(
         "own per sequence",
-        f"{plan.own_prompt_tokens:,} prompt + up to {plan.output_tokens:,} written tokens",
+        f"{plan.own_prompt_tokens:,} prompt + up to {plan.output_tokens:,} written tokens = "
+        f"{plan.own_blocks_typical:,.1f} blocks on average, {plan.own_blocks_peak:,} at full "
+        "length",
     )
-    table.add_row(
-        "per sequence, typical / peak",
-        f"{plan.seq_bytes_typical / 1e6:,.1f} MB / {plan.seq_bytes_peak / 1e6:,.1f} MB",
-    )
-    table.add_row("KV cache", f"{plan.kv_cache_bytes / GIB:,.1f} GiB")
     table.add_row(
         f"KV usage at {plan.seqs:,} in flight",
-        f"typical {plan.usage_typical:.0%} (answers half written), peak {plan.usage_peak:.0%}",
+        f"typical {plan.usage_typical:.1%}, peak {plan.usage_peak:.1%} (answers at every stage "
+        f"of being written; all at full length at once: {plan.usage_full_answers:.0%})",
     )
-    table.add_row("sequences that fit at peak", f"{plan.seqs_that_fit_peak:,}")
+    table.add_row("calls that fit at peak", f"{plan.seqs_that_fit_peak:,}")
     console.print(table)
     console.print(
-        f"Formula: usage = (prefixes x shared blocks + in flight x own blocks) x KV bytes a "
-        f"token / KV cache = ({plan.prefixes} x {plan.shared_bytes // max(plan.prefixes, 1):,} "
-        f"B + {plan.seqs:,} x {plan.seq_bytes_typical:,} B) / {plan.kv_cache_bytes:,} B = "
-        f"{plan.usage_typical:.0%} typical. Notes: 1,000 in flight with ~1,600-token calls "
-        "~90% shared and ~125 tokens out ran a 60 GiB FP8 cache at about 55% with no "
-        "preemption.",
+        f"Formula: usage = (shared blocks + in flight x own blocks) / blocks = "
+        f"({plan.shared_blocks:,} + {plan.seqs:,} x {plan.own_blocks_typical:,.1f}) / "
+        f"{plan.pool_blocks:,} = {plan.usage_typical:.1%} typical (vLLM's allocator: a sliding "
+        "group holds only the blocks in its window). Measured 2026-12-03 on an H200 (vLLM "
+        "0.26, 960 seed-shaped calls in flight): 75.9% mean, 81.2% peak, no preemption, no hit "
+        "rate lost. The seed's GB10 (vLLM 0.32) read about 55% at 1,000 in flight; the plan "
+        "follows the engine measured (docs/planning.md).",
         markup=False,
         highlight=False,
     )

@@ -187,13 +187,18 @@ def compute_report(data: JobData) -> dict[str, Any]:
     # token rates and hit rate over the steady windows when there are any, else everything
     use = [w for w in windows if w is not None] or None
     rates = steady_token_rates(samples, use) if use else TokenRates(None, None, None)
-    neck = job_bottleneck(samples, windows, data.concurrency, data.records)
     # the job's ceiling from the same per-step sums (each already min(reusable, prompt))
     per_step = totals.per_step.values()
     probed = [(t.reusable_tokens, t.prompt_tokens) for t in per_step if t.ceiling_known]
     ceil = ceiling(probed) if probed else None
     kv = gauge_max(samples, "kv_cache_usage")
     job_hit = hit_rate(samples)
+    # hit rate lost to cache pressure, where the ceiling says it (the KV cache is named the
+    # bottleneck on that or on preemptions, not on how full it ran)
+    pressure = None
+    if ceil is not None and job_hit is not None:
+        pressure = max(0.0, (ceil - job_hit) * 100)
+    neck = job_bottleneck(samples, windows, data.concurrency, data.records, pressure)
     steps = diagnose({k: v for k, v in totals.per_step.items() if v.calls})
     return {
         "records": data.manifest.total,
@@ -248,13 +253,16 @@ def job_bottleneck(
     windows: list[Window | None],
     concurrency: dict[int, int],
     records: int,
+    pressure_points: float | None = None,
 ) -> Bottleneck | None:
     """What bound the job, over its longest steady window at that run's concurrency."""
     timed = [w for w in windows if w is not None and w.end > w.start]
     if not samples or not concurrency:
         return None
     window = max(timed, key=lambda w: w.end - w.start) if timed else None
-    return name_bottleneck(samples, max(concurrency.values()), window, records=records)
+    return name_bottleneck(
+        samples, max(concurrency.values()), window, records=records, pressure_points=pressure_points
+    )
 
 
 def steady_windows(

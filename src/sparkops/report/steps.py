@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# Points of hit rate below the ceiling that still count as "at the ceiling": vLLM keeps the
-# last prompt token out of the cache and counts whole blocks, so a small gap is not pressure.
-PRESSURE_POINTS = 2.0
+# Points of hit rate below the ceiling that still count as "at the ceiling" (vLLM keeps the
+# last prompt token out of the cache and counts whole blocks, so a small gap is not pressure);
+# the bottleneck's rule uses the same figure.
+from sparkops.metrics.bottleneck import PRESSURE_POINTS
+
 # Points above the ceiling that are more than rounding: the cache held more than the prompts
 # alone can share (a warm cache from an earlier run, or records that share text of their own).
 ABOVE_POINTS = 0.05
