@@ -128,8 +128,9 @@ def test_job_wrapper_starts_a_transient_unit_with_journal_and_memory_limit(
         "sparkops-run --name probe --memory-max 256M -- sh -c 'echo job-output-marker; sleep 60'"
     )
     assert started.rc == 0, started.stderr
-    assert "started sparkops-job-probe.service" in started.stdout
-    unit = "sparkops-job-probe.service"
+    # one unit-name scheme with batch.yml's jobs (issue 31 item 14): sparkops-batch-NAME
+    assert "started sparkops-batch-probe.service" in started.stdout
+    unit = "sparkops-batch-probe.service"
     try:
         props = ti.check_output(f"systemctl show -p ActiveState -p MemoryMax {unit}")
         assert "ActiveState=active" in props and "MemoryMax=268435456" in props

@@ -77,7 +77,7 @@ def test_job_wrapper_starts_a_unit_on_arm64(laptop: Laptop) -> None:
     ti = laptop.host.testinfra
     assert ti.file("/usr/local/bin/sparkops-run").mode == 0o755
     assert ti.file("/etc/sudoers.d/sparkops-drop-caches").mode == 0o440
-    unit = "sparkops-job-arm.service"
+    unit = "sparkops-batch-arm.service"
     started = ti.run("sparkops-run --name arm -- sh -c 'uname -m; sleep 30'")
     assert started.rc == 0, started.stderr
     try:

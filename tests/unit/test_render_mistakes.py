@@ -240,3 +240,32 @@ def test_render_says_which_base_image_and_digest_the_deploy_builds_from(tmp_path
         limit=60, cwd=tmp_path, env=env, check=True,
     )  # fmt: skip
     assert "vLLM base image" not in local.stdout
+
+
+def test_the_laptop_inventory_says_how_to_serve_a_64_gb_unit(tmp_path: Path) -> None:
+    """Issue 31 item 3: not every RTX Spark has 128 GB. The wsl2 inventory's own comment names
+    the settings of a 64 GB unit; with exactly those, render passes the memory guard and
+    serves the 64 GB profile (256 sequences, a 16 GiB KV cache)."""
+    import shutil
+
+    inventory = tmp_path / "wsl2"
+    shutil.copytree(REPO / "inventory" / "wsl2", inventory)
+    serving = inventory / "group_vars" / "all" / "serving.yml"
+    text = serving.read_text()
+    comment = text.split("A 64 GB unit:")[1].split("\nvllm_")[0]  # up to the first setting
+    named = dict(re.findall(r"(vllm_serving_\w+): ([\w.-]+)", comment))
+    assert named["vllm_serving_profile"] == "gb10-gemma4-12b-fp8-64gb", named
+    settings = yaml.safe_load(text)
+    settings.update({k: yaml.safe_load(v) for k, v in named.items() if k in settings})
+    for line in text.splitlines():  # the commented totals, as a user uncomments them
+        if line.startswith("# vllm_serving_memory_"):
+            key, value = line.removeprefix("# ").split("#")[0].split(":")
+            settings[key.strip()] = yaml.safe_load(value)
+    assert settings["vllm_serving_memory_total_gb"] == 64, settings
+    serving.write_text(yaml.safe_dump(settings))
+    done = sparkops("render", "--inventory", str(inventory), "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    compose = (tmp_path / "out" / "rtx-spark" / "compose.yml").read_text()
+    argv = re.findall(r'- "([^"]*)"', compose)
+    assert argv[argv.index("--max-num-seqs") + 1] == "256"
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(16 * 2**30)
