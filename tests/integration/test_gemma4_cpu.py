@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from sparkops.local.model import ensure_tiny_gemma4
 from sparkops.local.server import Server, start_servers, stop_servers
 from sparkops.metrics.scrape import info_labels

@@ -24,7 +24,9 @@ GENERATOR_VERSION = 1
 MANIFEST = "sparkops-tiny.json"
 
 
-def is_complete(directory: Path, manifest: str = MANIFEST, version: int = GENERATOR_VERSION) -> bool:
+def is_complete(
+    directory: Path, manifest: str = MANIFEST, version: int = GENERATOR_VERSION
+) -> bool:
     """True when directory holds a finished model from the current generator version."""
     try:
         data = json.loads((directory / manifest).read_text())

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-import tiny_model  # noqa: E402  (a sibling file, run as a script in the vLLM venv)
+import tiny_model  # type: ignore[import-not-found]  # a sibling: run as a script
 
 # Bump when the output changes, so an older cached model is rebuilt instead of reused.
 GENERATOR_VERSION = 1
@@ -98,7 +98,7 @@ def text_config(vocab_size: int, tokenizer: Any) -> dict[str, Any]:
 def build_model(tokenizer: Any) -> tuple[Any, dict[str, Any]]:
     """A randomly initialised Gemma4ForCausalLM (fixed seed) and the config.json to ship."""
     import torch
-    from transformers import GenerationConfig, Gemma4ForCausalLM, Gemma4TextConfig
+    from transformers import Gemma4ForCausalLM, Gemma4TextConfig, GenerationConfig
 
     torch.manual_seed(SEED)
     raw = text_config(len(tokenizer), tokenizer)

@@ -199,6 +199,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=16,
         help="vLLM's base block in tokens: 16 on a GPU, 128 on vLLM-CPU (default 16)",
     )
+    engine.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="vLLM 0.32 with --async-scheduling: two batches in flight widen a sliding "
+        "layer's charge (with --profile: the profile's)",
+    )
     mem.add_argument("--json", action="store_true", help="print JSON instead of a table")
     mem.set_defaults(func=run_memory)
 
@@ -510,11 +516,14 @@ def run_memory(args: argparse.Namespace) -> int:
         kv_dtype=kv_dtype,
     )
     max_len, batched = args.context, 8192  # vLLM's own default batch for a --config
+    in_flight = 2 if args.async_scheduling else 1
     if args.profile is not None:
-        from sparkops.profiles import load_profile
+        from sparkops.profiles import async_scheduling_flag, load_profile
 
-        vllm_args = load_profile(args.profile).vllm
+        profile = load_profile(args.profile)
+        vllm_args = profile.vllm
         max_len, batched = vllm_args.max_model_len, vllm_args.max_num_batched_tokens or batched
+        in_flight = 2 if (args.async_scheduling or async_scheduling_flag(profile)) else 1
     if args.max_num_batched_tokens is not None:
         batched = args.max_num_batched_tokens
     layout = engine_layout(
@@ -524,6 +533,7 @@ def run_memory(args: argparse.Namespace) -> int:
         max_model_len=max_len,
         max_num_batched_tokens=batched,
         base_block=args.block_size,
+        batches_in_flight=in_flight,
     )
     return _show(_WithLayout(shared, layout), _print_with_layout, as_json=args.json)
 
