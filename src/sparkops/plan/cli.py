@@ -498,6 +498,12 @@ def run_memory(args: argparse.Namespace) -> int:
             context=args.context,
         )
         return _show(plan, print_memory, as_json=args.json)
+    for flag, value in (
+        ("--block-size", args.block_size),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens),
+    ):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be a positive number of tokens (got {value})")
     shape, kv_dtype, kv_bytes = model_source(args)
     if args.kv_cache_gib is not None:
         kv_bytes = int(args.kv_cache_gib * GIB)
