@@ -297,7 +297,7 @@ def test_required_images_follow_the_stack(tmp_path):
     the router host only."""
     single = _images(tmp_path, "single")["spark-1"]
     assert [(i["name"], i["modules"]) for i in single] == [
-        ("sparkops/vllm:gb10", ["vllm", "xxhash"])
+        ("sparkops/vllm:gb10", ["vllm", "xxhash", "flashinfer_cubin"])
     ]
     assert single[0]["build"]["context"] == "vllm"
     assert "set vllm_serving_base_digest" in single[0]["build"]["problem"]
@@ -315,7 +315,8 @@ def test_required_images_follow_the_stack(tmp_path):
     assert "LITELLM_LOCAL_MODEL_COST_MAP=True" in router["probe"]
     assert all(len(dp[h]) == 1 for h in ("spark-2", "spark-3", "spark-4"))
     ray = _images(tmp_path, "pipeline-ray")
-    assert all(images[0]["modules"] == ["vllm", "xxhash", "ray"] for images in ray.values())
+    kit = ["vllm", "xxhash", "ray", "flashinfer_cubin"]
+    assert all(images[0]["modules"] == kit for images in ray.values())
     native = _images(tmp_path, "pipeline-mp")
     assert all("ray" not in images[0]["modules"] for images in native.values())
 

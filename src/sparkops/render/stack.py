@@ -454,7 +454,9 @@ def required_images(stack: HostStack) -> list[dict[str, Any]]:
     Each: name; `build` (the docker/ folder that builds it and its build args, with `problem`
     set when it cannot be built as configured; None for an image the kit does not build, such
     as NVIDIA's container or the CPU stand-in); `modules` that must be in it (vllm; xxhash
-    when the profile hashes with it; ray for the Ray pipeline pair; litellm in the router);
+    when the profile hashes with it; ray for the Ray pipeline pair; flashinfer_cubin in the
+    kit's own GB10 image, which docker/vllm builds with FlashInfer's kernels so that vLLM
+    fetches nothing at start: an image built before it did lacks them; litellm in the router);
     and `probe`, the argv of a `docker run` that checks them with the stack's own mounts and
     environment (a venv mounted from the host counts, as it does at run time).
     """
@@ -466,13 +468,16 @@ def required_images(stack: HostStack) -> list[dict[str, Any]]:
         imports.append("xxhash")
     if stack.ray and stack.ray["backend"] == "ray":
         modules.append("ray")
+    build = _vllm_build(stack)
+    if build is not None:
+        modules.append("flashinfer_cubin")
     mounts = [vllm["model_dir"]] if vllm["model_dir"] else []
     mounts += list(vllm["extra_volumes"])
     volumes = [x for path in mounts for x in ("--volume", f"{path}:{path}:ro")]
     images = [
         {
             "name": vllm["image"],
-            "build": _vllm_build(stack),
+            "build": build,
             "modules": modules,
             "probe": _probe_argv(
                 vllm["image"], vllm["env"], volumes, _python_probe(modules, imports)
