@@ -519,6 +519,7 @@ def run_memory(args: argparse.Namespace) -> int:
         shared_fraction=args.shared,
         output_tokens=args.output_tokens,
         prefixes=args.prefixes,
+        block_size=args.block_size,
         kv_dtype=kv_dtype,
     )
     max_len, batched = args.context, 8192  # vLLM's own default batch for a --config
