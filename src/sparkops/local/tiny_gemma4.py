@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -115,47 +112,29 @@ def build_model(tokenizer: Any) -> tuple[Any, dict[str, Any]]:
 
 def is_complete(out_dir: Path) -> bool:
     """True when out_dir holds this generator version's finished output."""
-    try:
-        manifest = json.loads((Path(out_dir) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return False
-    return manifest.get("generator_version") == GENERATOR_VERSION
+    return bool(tiny_model.is_complete(out_dir, MANIFEST, GENERATOR_VERSION))
+
+
+def _write(tmp: Path) -> dict[str, Any]:
+    tokenizer = tiny_model.train_tokenizer(tiny_model.synthetic_corpus())
+    model, raw = build_model(tokenizer)
+    tokenizer.save_pretrained(tmp)
+    model.save_pretrained(tmp)
+    # transformers writes its per-layer layout; ship the checkpoint's own (global_* keys),
+    # as 12B's config.json has it: the layout vLLM and the planner must both read.
+    (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
+    return {
+        "seed": SEED,
+        "architecture": "Gemma4ForCausalLM",
+        "num_hidden_layers": NUM_LAYERS,
+        "sliding_window": SLIDING_WINDOW,
+        "vocab_size": len(tokenizer),
+    }
 
 
 def generate(out_dir: Path) -> Path:
     """Write the model into out_dir unless a complete one is already there."""
-    out_dir = Path(out_dir)
-    if is_complete(out_dir):
-        return out_dir
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    try:
-        tokenizer = tiny_model.train_tokenizer(tiny_model.synthetic_corpus())
-        model, raw = build_model(tokenizer)
-        tokenizer.save_pretrained(tmp)
-        model.save_pretrained(tmp)
-        # transformers writes its per-layer layout; ship the checkpoint's own (global_* keys),
-        # as 12B's config.json has it: the layout vLLM and the planner must both read.
-        (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
-        manifest = {
-            "generator_version": GENERATOR_VERSION,
-            "seed": SEED,
-            "architecture": "Gemma4ForCausalLM",
-            "num_hidden_layers": NUM_LAYERS,
-            "sliding_window": SLIDING_WINDOW,
-            "vocab_size": len(tokenizer),
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        os.chmod(tmp, 0o755)
-        if is_complete(out_dir):  # a concurrent run finished first: keep its (identical) copy
-            return out_dir
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.rename(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
+    return Path(tiny_model.publish(out_dir, MANIFEST, GENERATOR_VERSION, _write))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ import random
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,41 +159,32 @@ def build_model(tokenizer: Any) -> Any:
     return model
 
 
-def is_complete(out_dir: Path) -> bool:
-    """True when out_dir holds this generator version's finished output."""
+def is_complete(out_dir: Path, manifest: str = MANIFEST, version: int = GENERATOR_VERSION) -> bool:
+    """True when out_dir holds that generator version's finished output (its manifest)."""
     try:
-        manifest = json.loads((Path(out_dir) / MANIFEST).read_text())
+        written = json.loads((Path(out_dir) / manifest).read_text())
     except (OSError, ValueError):
         return False
-    return manifest.get("generator_version") == GENERATOR_VERSION
+    return written.get("generator_version") == version
 
 
-def generate(out_dir: Path) -> Path:
-    """Write the model into out_dir unless a complete one is already there."""
+def publish(
+    out_dir: Path, manifest: str, version: int, write: Callable[[Path], dict[str, Any]]
+) -> Path:
+    """Make out_dir once: `write(tmp)` fills a temporary sibling folder and returns the
+    manifest's fields; the manifest is written last (its presence marks the folder complete)
+    and the folder renamed into place, so a reader never sees half a model. Shared by this
+    generator and tiny_gemma4.py."""
     out_dir = Path(out_dir)
-    if is_complete(out_dir):
+    if is_complete(out_dir, manifest, version):
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
-        tokenizer = train_tokenizer(synthetic_corpus())
-        model = build_model(tokenizer)
-        tokenizer.save_pretrained(tmp)
-        model.save_pretrained(tmp)
-        manifest = {
-            "generator_version": GENERATOR_VERSION,
-            "seed": SEED,
-            "architecture": "LlamaForCausalLM",
-            "hidden_size": HIDDEN_SIZE,
-            "num_attention_heads": NUM_HEADS,
-            "num_hidden_layers": NUM_LAYERS,
-            "vocab_size": len(tokenizer),
-            "max_position_embeddings": MAX_POSITIONS,
-        }
-        # The manifest is written last: its presence is what marks the folder complete.
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        fields = {"generator_version": version, **write(tmp)}
+        (tmp / manifest).write_text(json.dumps(fields, indent=2) + "\n")
         os.chmod(tmp, 0o755)
-        if is_complete(out_dir):  # a concurrent run finished first: keep its (identical) copy
+        if is_complete(out_dir, manifest, version):  # a concurrent run finished first
             return out_dir
         if out_dir.exists():  # an older generator's output
             shutil.rmtree(out_dir)
@@ -201,6 +193,27 @@ def generate(out_dir: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
+
+
+def _write(tmp: Path) -> dict[str, Any]:
+    tokenizer = train_tokenizer(synthetic_corpus())
+    model = build_model(tokenizer)
+    tokenizer.save_pretrained(tmp)
+    model.save_pretrained(tmp)
+    return {
+        "seed": SEED,
+        "architecture": "LlamaForCausalLM",
+        "hidden_size": HIDDEN_SIZE,
+        "num_attention_heads": NUM_HEADS,
+        "num_hidden_layers": NUM_LAYERS,
+        "vocab_size": len(tokenizer),
+        "max_position_embeddings": MAX_POSITIONS,
+    }
+
+
+def generate(out_dir: Path) -> Path:
+    """Write the model into out_dir unless a complete one is already there."""
+    return publish(out_dir, MANIFEST, GENERATOR_VERSION, _write)
 
 
 def main(argv: list[str] | None = None) -> int:
