@@ -410,3 +410,40 @@ def test_the_run_measures_its_active_span_on_the_monotonic_clock(tmp_path):
             fates.done(RecordState(Record(f"r{i}", i + 1, {}), "a", started=wall[0]), "yes")
     assert fates.last_finish == 53.0
     assert [x["t"] for x in written] == [1001.0, 4601.0, 4602.0]
+
+
+def test_record_latency_is_measured_on_the_monotonic_clock(tmp_path):
+    """Issue 34 item 13, the latencies: a record in flight while the wall clock steps by an
+    hour keeps its true latency (latency_s, monotonic), where t - t0 would read 3,602 s."""
+    from unittest import mock
+
+    from sparkops.batch.fate import Fates, RecordState, Stats
+    from sparkops.batch.records import Record
+
+    written: list[dict] = []
+    journal = mock.Mock(append=written.append, dir=tmp_path)
+    fates = Fates(journal, Stats(), 1)
+    wall, mono = [1000.0], [50.0]
+    with (
+        mock.patch("time.time", lambda: wall[0]),
+        mock.patch("time.monotonic", lambda: mono[0]),
+    ):
+        state = RecordState(Record("r1", 1, {}), "a", started=wall[0], began=mono[0])
+        wall[0] += 3600.0 + 2.0  # the clock steps while the record is in flight
+        mono[0] += 2.0
+        fates.done(state, "yes")
+    (line,) = written
+    assert line["t"] - line["t0"] == pytest.approx(3602.0)
+    assert line["latency_s"] == pytest.approx(2.0)
+
+    # The report reads latency_s, and falls back to t - t0 for lines written before it.
+    job = make_job(tmp_path, [(1000.0, 4, [1003.0, 1004.0, 1005.0])])
+    results = job / "results.jsonl"
+    rows = [json.loads(x) for x in results.read_text().splitlines()]
+    rows[0]["t"] += 3600.0  # stepped stamp, true latency 3 s
+    rows[0]["latency_s"] = 3.0
+    rows[1]["latency_s"] = 4.0
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = write_report(job)
+    assert report["record_latency_p50_s"] == pytest.approx(4.0)
+    assert report["record_latency_p95_s"] == pytest.approx(5.0)  # r3: t - t0, no latency_s

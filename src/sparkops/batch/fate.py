@@ -29,7 +29,13 @@ class RecordState:
     step: str
     ready_seq: int = 0
     started: float = field(default_factory=time.time)
+    # the same moment on the monotonic clock: the record's latency, which no clock step moves
+    began: float = field(default_factory=time.monotonic)
     steps: list[dict[str, Any]] = field(default_factory=list)
+
+    def latency_s(self) -> float:
+        """Seconds from the record's start until now, on the monotonic clock."""
+        return round(time.monotonic() - self.began, 3)
 
 
 @dataclass
@@ -89,6 +95,7 @@ class Fates:
             final=final,
             steps=state.steps,
             t0=round(state.started, 3),
+            latency_s=state.latency_s(),
             serving=self.serving,
         )
         self.journal.append(line.to_json())
@@ -140,6 +147,7 @@ class Fates:
         )
         meta = openai_lines.meta_line(rid, line, ok, body, self.run, state.started, time.time())
         meta["serving"] = self.serving
+        meta["latency_s"] = state.latency_s()
         if isinstance(outcome, Failure):
             meta["failure"] = failure_fields(outcome)
         self.meta.append(meta)

@@ -71,6 +71,9 @@ class ResultLine:
     error_kind: str | None = None
     failure: dict[str, Any] | None = None
     t0: float | None = None
+    # seconds from t0 to t on the monotonic clock (t0 and t are wall-clock stamps a person
+    # reads, which a clock step moves); absent on lines written before it
+    latency_s: float | None = None
     serving: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +88,8 @@ class ResultLine:
             obj["error_kind"] = self.error_kind
             obj["failure"] = self.failure
         obj.update(line=self.line, t0=self.t0, t=self.t, run=self.run, serving=self.serving)
+        if self.latency_s is not None:
+            obj["latency_s"] = self.latency_s
         return obj
 
 
@@ -299,6 +304,14 @@ class Timing:
     t: float | None
     serving: int | None  # None: a line from before the serving record
     steps: tuple[StepUsage, ...]
+    latency_s: float | None = None  # monotonic; None on lines from before it
+
+    @property
+    def latency(self) -> float | None:
+        """The record's latency: its monotonic `latency_s`, else `t - t0` (older lines)."""
+        if self.latency_s is not None:
+            return self.latency_s
+        return None if self.t0 is None or self.t is None else self.t - self.t0
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], ok: bool) -> Timing:
@@ -313,6 +326,7 @@ class Timing:
             tuple(StepUsage.from_json(x) for x in steps if isinstance(x, dict))
             if isinstance(steps, list)
             else (),
+            _number(obj.get("latency_s")),
         )
 
 

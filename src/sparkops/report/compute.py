@@ -65,11 +65,11 @@ class Totals:
     def add(self, timing: lines.Timing) -> None:
         steps = timing.steps
         self.calls += len(steps)
-        t, t0 = timing.t, timing.t0
+        t = timing.t
         if timing.ok:
             self.done_calls += len(steps)
-            if t0 is not None and t is not None:
-                self.latencies.append(t - t0)
+            if timing.latency is not None:
+                self.latencies.append(timing.latency)
         if t is not None:
             self.finish[timing.run].append(t)
             if timing.ok:
