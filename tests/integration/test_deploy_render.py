@@ -71,3 +71,40 @@ def test_compose_config_accepts_every_rendered_stack(tmp_path, monkeypatch, topo
             assert router["environment"]["LITELLM_MASTER_KEY"].startswith("sk-")
             assert router["environment"]["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
             assert router["depends_on"]["vllm"]["condition"] == "service_healthy"
+
+
+HOSTILE_KEYS = ["sk-a$HOME b", "sk-${HOME}-$$-$", "q'uo\"te`bt`", "100%PATH%", "back\\slash #x"]
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_a_hostile_key_reaches_the_router_and_vllm_unchanged(tmp_path, monkeypatch, key):
+    """Issue 34 item 4, router.env beside vllm.env: real `docker compose config` reads the
+    rendered env files as `up` would, and every secret comes out as written (compose would
+    otherwise interpolate `$HOME` or `${HOME}`)."""
+    monkeypatch.setenv("HOME", "/root-should-not-appear")
+    monkeypatch.setenv("HF_TOKEN", key)
+    inventory = make_inventory(
+        tmp_path / "inv",
+        "data-parallel",
+        vllm_serving_api_key=key,
+        litellm_router_master_key=key[::-1],
+    )
+    render_inventory(inventory, tmp_path / "out")
+    result = subprocess.run(
+        ["docker", "compose", "config", "--format", "json"],
+        cwd=tmp_path / "out" / "spark-1",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+
+    def value(service: str, name: str) -> str:
+        # `compose config` prints a compose file: a literal `$` in it is written `$$` again
+        return services[service]["environment"][name].replace("$$", "$")
+
+    assert value("vllm", "VLLM_API_KEY") == key
+    assert value("vllm", "HF_TOKEN") == key
+    assert value("router", "LITELLM_MASTER_KEY") == key[::-1]
+    assert "/root-should-not-appear" not in result.stdout
