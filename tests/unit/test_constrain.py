@@ -15,7 +15,7 @@ from sparkops.batch.workload import Pipeline
 from sparkops.compare.serving import flatten
 from sparkops.errors import UserError
 from sparkops.jobdir.folder import Manifest, prepare_dir
-from sparkops.jobdir.lines import ServingStart
+from sparkops.jobdir.serving_lines import ServingStart
 from sparkops.pipeline import constrain, table
 from sparkops.pipeline.extract import read_answer
 from sparkops.pipeline.parse import parse_label

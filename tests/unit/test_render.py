@@ -15,8 +15,9 @@ import yaml
 from sparkops.errors import UserError
 from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
+from sparkops.render.images import required_images
 from sparkops.render.inventory import read_inventory
-from sparkops.render.stack import client_endpoints, plan_stack, required_images
+from sparkops.render.stack import client_endpoints, plan_stack
 from sparkops.versions import LITELLM_VERSION
 from tests.plugins.inventories import make_inventory
 

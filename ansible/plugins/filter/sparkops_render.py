@@ -5,7 +5,7 @@
 returns {role, health_url, files: [{path, content, mode}], images, client_endpoints} for the
 host (role: single, replica, head, worker; files and images empty when the host serves
 nothing; images: what the deploy builds or checks before `compose up`, see
-sparkops.render.stack.required_images; client_endpoints: the --endpoint URLs a batch client
+sparkops.render.images.required_images; client_endpoints: the --endpoint URLs a batch client
 uses, every serving host's, following the inventory). It runs the same validation
 (profile rules, bind address, topology) and the same templates as `sparkops render`, so the
 CLI and Ansible cannot drift: nothing is written twice.
@@ -40,10 +40,11 @@ from sparkops.addresses import local_base_url
 from sparkops.errors import UserError
 from sparkops.privacy import private_env
 from sparkops.render import envfile, plan_stack, render_host
+from sparkops.render.images import required_images
 from sparkops.render.inventory import Inventory
 from sparkops.render.master_key import ENV_NAME, keep_or_generate
 from sparkops.render.settings import ANSIBLE_ONLY, serving_topology
-from sparkops.render.stack import client_endpoints, required_images
+from sparkops.render.stack import client_endpoints
 
 PREFIXES = ("vllm_serving_", "litellm_router_", "ray_cluster_")
 PLAIN = ("ansible_host", "sparkops_topology")

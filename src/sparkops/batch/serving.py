@@ -43,7 +43,7 @@ from sparkops.batch.options import JobConfig
 from sparkops.batch.stop_rules import Stop
 from sparkops.errors import JobStopped
 from sparkops.inputs import read_json
-from sparkops.jobdir import identity, lines
+from sparkops.jobdir import identity, serving_lines
 from sparkops.jobdir.durable import append_json
 from sparkops.jobdir.folder import SERVING, Manifest
 from sparkops.jobdir.identity import Identity, IdentityChange
@@ -188,13 +188,13 @@ class ServingLog:
     def load(cls, directory: Path) -> ServingLog:
         """The record so far (a resumed job compares against it)."""
         log = cls(directory)
-        for line in lines.serving_lines(directory / SERVING):
+        for line in serving_lines.serving_lines(directory / SERVING):
             if line.serving is not None:
                 log.epoch = max(log.epoch, line.serving)
             seen: dict[str, Identity] = {}
-            if isinstance(line, lines.ServingStart):
+            if isinstance(line, serving_lines.ServingStart):
                 seen = line.identities()
-            elif isinstance(line, lines.ServingChange) and line.identity is not None:
+            elif isinstance(line, serving_lines.ServingChange) and line.identity is not None:
                 seen = {line.endpoint: line.identity}
             for base, ident in seen.items():
                 log.baseline.setdefault(base, ident)
@@ -229,7 +229,7 @@ class ServingLog:
                 endpoints[base] = ident
                 self.baseline.setdefault(base, ident)
                 self.last[base] = ident
-        line = lines.ServingStart(
+        line = serving_lines.ServingStart(
             round(time.time(), 3), run, self.epoch, results_from, context, endpoints, changes
         )
         append_json(self.path, line.to_json())
@@ -255,7 +255,7 @@ class ServingLog:
     def other_model(self, run: int, model: str, expected: str, results_from: int) -> None:
         """An answer came from `model`, not the pipeline's `expected` (a router's fallback):
         one line per other model; each step's `model` in results.jsonl says which answered."""
-        line = lines.OtherModel(
+        line = serving_lines.OtherModel(
             round(time.time(), 3), run, self.epoch, results_from, model, expected
         )
         append_json(self.path, line.to_json())
@@ -265,7 +265,7 @@ class ServingLog:
     ) -> None:
         """One change line: the endpoint's identity now, in the current epoch (no changes:
         an endpoint first seen mid-job)."""
-        line = lines.ServingChange(
+        line = serving_lines.ServingChange(
             round(time.time(), 3), run, self.epoch, results_from, base, ident, changes
         )
         append_json(self.path, line.to_json())

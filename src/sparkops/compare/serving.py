@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkops.jobdir import lines
+from sparkops.jobdir import serving_lines
 from sparkops.jobdir.folder import SERVING
 from sparkops.jobdir.identity import IdentityChange, diff
 
@@ -37,16 +37,16 @@ def load_setup(run: Path) -> Setup | None:
     """The setup of a run directory (or of the directory of its results.jsonl); None when
     the run has no serving record (made before the kit kept one)."""
     directory = run if run.is_dir() else run.parent
-    served = list(lines.serving_lines(directory / SERVING))
-    starts = [x for x in served if isinstance(x, lines.ServingStart)]
+    served = list(serving_lines.serving_lines(directory / SERVING))
+    starts = [x for x in served if isinstance(x, serving_lines.ServingStart)]
     if not starts:
         return None
-    changed = sum(1 for x in served if isinstance(x, lines.ServingChange) and x.changes)
+    changed = sum(1 for x in served if isinstance(x, serving_lines.ServingChange) and x.changes)
     changed += sum(1 for x in starts[1:] if x.changes)
     return Setup(flatten(starts[0]), changed)
 
 
-def flatten(start: lines.ServingStart) -> dict[str, str]:
+def flatten(start: serving_lines.ServingStart) -> dict[str, str]:
     """A start line's setup as comparable fields (endpoint identities by position)."""
     out: dict[str, str] = {}
     endpoints = start.endpoints

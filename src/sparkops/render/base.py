@@ -15,7 +15,8 @@ from typing import Any
 
 from sparkops.errors import UserError
 from sparkops.inputs import read_yaml
-from sparkops.render.stack import HostStack, required_images
+from sparkops.render.images import required_images
+from sparkops.render.stack import HostStack
 
 LOCK_FILE = ".sparkops-base-image.yml"
 

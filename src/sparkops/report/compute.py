@@ -16,6 +16,7 @@ from typing import Any
 from sparkops.jobdir import lines
 from sparkops.jobdir.durable import read_json_file
 from sparkops.jobdir.folder import META, RESULTS, RUNS, SERVING, TIMELINE, Manifest, load_manifest
+from sparkops.jobdir.serving_lines import ServingRecord, serving_lines
 from sparkops.metrics.bottleneck import Bottleneck, name_bottleneck
 from sparkops.metrics.timeline import (
     TimelineSample,
@@ -107,7 +108,7 @@ class JobData:
     # "stalled"/"rejoined" endpoint events (batch/stall.py)
     stall_events: list[lines.RunEvent] = field(default_factory=list)
     samples: list[TimelineSample] = field(default_factory=list)
-    serving_lines: list[lines.ServingRecord] = field(default_factory=list)
+    serving_lines: list[ServingRecord] = field(default_factory=list)
     # results lines that count no record (damaged, or a finished record's second line)
     damage: lines.ResultsDamage = field(default_factory=lines.ResultsDamage)
 
@@ -157,7 +158,7 @@ def load_dir(directory: Path) -> JobData:
             if r.concurrency is not None:
                 data.concurrency[r.run] = r.concurrency
     data.samples = list(lines.timeline_samples(directory / TIMELINE))
-    data.serving_lines = list(lines.serving_lines(directory / SERVING))
+    data.serving_lines = list(serving_lines(directory / SERVING))
     return data
 
 

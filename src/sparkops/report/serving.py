@@ -12,7 +12,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparkops.jobdir.identity import IdentityChange, describe
-from sparkops.jobdir.lines import ServingChange, ServingLine, ServingRecord, ServingStart
+from sparkops.jobdir.serving_lines import (
+    ServingChange,
+    ServingLine,
+    ServingRecord,
+    ServingStart,
+)
 from sparkops.metrics.timeline import TimelineSample
 
 # Identity fields shown in the report's table, in this order (the rest follow).

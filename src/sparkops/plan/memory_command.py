@@ -1,0 +1,115 @@
+"""`sparkops plan memory` and `plan decode`: the KV cache a model's shape needs, counted as
+vLLM's allocator counts it, and the decode-speed ceiling of its memory traffic."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from sparkops.errors import UserError
+from sparkops.plan.decode import BANDWIDTH_GB_S, decode_ceiling, parse_levels
+from sparkops.plan.memory import GB, GIB, dtype_bytes, plan_memory
+from sparkops.plan.prefix import plan_shared_prefix
+from sparkops.plan.shapes import EngineLayout, engine_layout
+from sparkops.plan.sources import load_config, model_source, show, weights_gb_beside
+from sparkops.plan.tables import print_decode, print_memory, print_shared_prefix
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    if args.profile is None and args.prompt_tokens is None and args.kv_cache_gib is None:
+        config, folder = load_config(args.config)
+        weights = args.weights_gb if args.weights_gb is not None else weights_gb_beside(folder)
+        plan = plan_memory(
+            config,
+            kv_dtype=args.kv_dtype or "fp8",
+            memory_gb=args.memory_gb,
+            weights_gb=weights,
+            seqs=args.seqs,
+            context=args.context,
+        )
+        return show(plan, print_memory, as_json=args.json)
+    for flag, value in (
+        ("--block-size", args.block_size),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens),
+    ):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be a positive number of tokens (got {value})")
+    shape, kv_dtype, kv_bytes = model_source(args)
+    if args.kv_cache_gib is not None:
+        kv_bytes = int(args.kv_cache_gib * GIB)
+    if kv_bytes is None:
+        weights = shape.weights_gb or 0.0
+        kv_bytes = int((args.memory_gb - weights) * GB)
+    shared = plan_shared_prefix(
+        shape,
+        width=dtype_bytes(kv_dtype),
+        kv_cache_bytes=kv_bytes,
+        seqs=args.seqs,
+        prompt_tokens=args.prompt_tokens or args.context,
+        shared_fraction=args.shared,
+        output_tokens=args.output_tokens,
+        prefixes=args.prefixes,
+        block_size=args.block_size,
+        kv_dtype=kv_dtype,
+    )
+    max_len, batched = args.context, 8192  # vLLM's own default batch for a --config
+    in_flight = 2 if args.async_scheduling else 1
+    if args.profile is not None:
+        from sparkops.profiles import async_scheduling_flag, load_profile
+
+        profile = load_profile(args.profile)
+        vllm_args = profile.vllm
+        max_len, batched = vllm_args.max_model_len, vllm_args.max_num_batched_tokens or batched
+        in_flight = 2 if (args.async_scheduling or async_scheduling_flag(profile)) else 1
+    if args.max_num_batched_tokens is not None:
+        batched = args.max_num_batched_tokens
+    layout = engine_layout(
+        shape,
+        width=dtype_bytes(kv_dtype),
+        kv_cache_bytes=kv_bytes,
+        max_model_len=max_len,
+        max_num_batched_tokens=batched,
+        base_block=args.block_size,
+        batches_in_flight=in_flight,
+    )
+    return show(_WithLayout(shared, layout), _print_with_layout, as_json=args.json)
+
+
+class _WithLayout:
+    """A shared-prefix plan and the KV-cache layout vLLM will report at start for it."""
+
+    def __init__(self, plan: Any, layout: EngineLayout) -> None:
+        self.plan, self.layout = plan, layout
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(self.plan.as_dict())
+        out["engine_kv_tokens"] = self.layout.reported_tokens
+        out["engine_blocks"] = self.layout.num_blocks
+        out["engine_groups"] = [list(g) for g in self.layout.groups]
+        return out
+
+
+def _print_with_layout(both: _WithLayout, console: Console) -> None:
+    print_shared_prefix(both.plan, console)
+    lay = both.layout
+    sizes = sorted({g[1] for g in lay.groups})
+    console.print(
+        f"vLLM will report {lay.reported_tokens:,} KV-cache tokens ({lay.max_concurrency:.2f}x "
+        f"at full context): {lay.num_blocks:,} blocks in {len(lay.groups)} group(s) of "
+        f"{', '.join(map(str, sizes))}-token blocks; that is its worst case per request, not "
+        "what the shared prompts above hold."
+    )
+
+
+def run_decode(args: argparse.Namespace) -> int:
+    shape, kv_dtype, _ = model_source(args)
+    ceiling = decode_ceiling(
+        shape,
+        width=dtype_bytes(kv_dtype),
+        context=args.context,
+        bandwidth_gb_s=args.bandwidth_gb_s or BANDWIDTH_GB_S[args.machine],
+        levels=tuple(parse_levels(args.levels)),
+    )
+    return show(ceiling, print_decode, as_json=args.json)
