@@ -77,3 +77,18 @@ def test_a_violation_fails_naming_its_contract(
     run = _lint_imports(tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert broken in " ".join(run.stdout.split()), run.stdout
+
+
+MAX_LINES = 500
+
+
+def test_no_source_file_is_over_500_lines() -> None:
+    """The package's files stay small enough to read whole (docs/development.md): a file
+    that grows past 500 lines is split at a seam of its own (as plan/cli.py was into its
+    commands, jobdir/lines.py into serving_lines.py)."""
+    sizes = {
+        str(path.relative_to(SRC)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in SRC.rglob("*.py")
+    }
+    assert len(sizes) > 100  # the whole package was read
+    assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
