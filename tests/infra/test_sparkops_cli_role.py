@@ -10,6 +10,7 @@ roles have their own tests in test_provision.py.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -292,6 +293,11 @@ def test_a_venv_without_pip_is_rebuilt_and_one_that_cannot_be_made_says_why(
         assert full.rc != 0
         assert "-m venv /mnt/full/venv` failed on" in full.text
         assert "/mnt/full/venv is full (0 MiB free before the venv was made" in full.text
+        # venv's own last line ends with a full stop ("... returned non-zero exit status 1."):
+        # the sentence keeps one (issue 34 item 9, "status 1..")
+        start = full.text.index("-m venv /mnt/full/venv` failed on")
+        said = full.text[start : full.text.index("The half-made venv was removed", start)]
+        assert re.search(r"[^.]\.\.(?!\.)", said) is None, said
         assert host.exec("test -e /mnt/full/venv").returncode != 0  # nothing half-made left
         # A folder inside the noexec filesystem: the fix remounts its mount point, not the
         # folder (issue 34 item 9).
