@@ -15,19 +15,31 @@ import aiohttp
 from sparkops.errors import UserError
 from sparkops.metrics.scrape import info_labels, parse_metrics
 from sparkops.metrics.timeline import COUNTERS, GAUGES
+from sparkops.privacy import redact
+
+# Routes the kit appends to a base URL: an endpoint ending in one would get it twice.
+API_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/embeddings", "/metrics")
 
 
 def normalise_base(url: str) -> str:
     """`http://h:8000/v1/` and `http://h:8000` both mean base `http://h:8000`.
 
     A URL without http:// or https:// (`localhost:8000`) is refused with the fix: sent as
-    is, it fails as "cannot connect", which sends the user to start a server that is up.
+    is, it fails as "cannot connect", which sends the user to start a server that is up. So is
+    one ending in a route the kit appends (`.../v1/chat/completions`, copied from a curl line):
+    every call would 404 as if the server were wrong.
     """
     url = url.strip().rstrip("/")
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
         fix = f"http://{url}" if not sep and url else "http://HOST:8000"
         raise UserError(f"--endpoint {url!r} is not an http:// or https:// URL; write it as {fix}")
+    for route in API_ROUTES:
+        if url.lower().endswith(route):
+            raise UserError(
+                f"--endpoint {redact(url)} names an API route ({route}); the kit appends the "
+                f"routes itself: give the server's base URL, {redact(url[: -len(route)])}"
+            )
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 

@@ -367,6 +367,16 @@ def test_endpoint_forms():
     for bad in ("ftp://h:21", "http://", ""):
         with pytest.raises(UserError, match="not an http:// or https:// URL"):
             normalise_base(bad)
+    # a route copied from a curl line: named, with the base URL to give instead (and a
+    # password in the URL stays out of the message)
+    for given, base in (
+        ("http://h:8000/v1/chat/completions", "http://h:8000"),
+        ("http://u:pw@h:8000/v1/models/", "http://***@h:8000"),
+    ):
+        with pytest.raises(UserError, match=r"names an API route \(/v1/\w+") as err:
+            normalise_base(given)
+        assert str(err.value).endswith(f"give the server's base URL, {base}")
+        assert "pw" not in str(err.value)
 
 
 @pytest.mark.parametrize(
