@@ -447,3 +447,25 @@ def test_record_latency_is_measured_on_the_monotonic_clock(tmp_path):
     report = write_report(job)
     assert report["record_latency_p50_s"] == pytest.approx(4.0)
     assert report["record_latency_p95_s"] == pytest.approx(5.0)  # r3: t - t0, no latency_s
+
+
+def test_report_md_counts_the_decisions(tmp_path):
+    """Issue 31 item 12: report.md shows how many done records ended in each decision (only
+    report.json's finals held them); errors have no decision and are not counted."""
+    job = make_job(tmp_path, [(1000.0, 4, [1001.0 + i for i in range(10)])], error_lines=2)
+    results = job / "results.jsonl"
+    rows = [json.loads(x) for x in results.read_text().splitlines()]
+    for row, final in zip(rows[2:], ["no"] * 5 + ["yes"] * 2 + ["unclear"], strict=True):
+        row["final"] = final
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = write_report(job)
+    assert report["finals"] == {"no": 5, "yes": 2, "unclear": 1}
+    md = (job / "report.md").read_text()
+    table = md.split("Decisions (the final label of each done record):")[1].split("\n\n")[1]
+    assert table.splitlines() == [
+        "| Decision | Records | Share |",
+        "|---|---|---|",
+        "| no | 5 | 62.5% |",
+        "| yes | 2 | 25.0% |",
+        "| unclear | 1 | 12.5% |",
+    ]

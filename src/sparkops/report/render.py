@@ -40,6 +40,7 @@ def markdown(report: dict[str, Any], name: str) -> str:
         value = report.get(key)
         lines.append(f"| {label} | {'-' if value is None else fmt.format(value)} |")
     lines += _notes(report)
+    lines += _decisions(report)
     if report.get("prefix_steps"):
         lines += [
             "",
@@ -56,6 +57,20 @@ def markdown(report: dict[str, Any], name: str) -> str:
         lines += _steps_table(report["steps"], report.get("hit_rate_verdict"))
     lines += report_serving.markdown_lines(report.get("serving"))
     return "\n".join(lines) + "\n"
+
+
+def _decisions(report: dict[str, Any]) -> list[str]:
+    """How many done records ended in each decision (the pipeline's final label), most first:
+    the figure a researcher reads first, which only report.json's `finals` held."""
+    finals = report.get("finals") or {}
+    done = sum(finals.values())
+    if not done:
+        return []
+    lines = ["", "Decisions (the final label of each done record):", ""]
+    lines += ["| Decision | Records | Share |", "|---|---|---|"]
+    for label, n in sorted(finals.items(), key=lambda item: (-item[1], str(item[0]))):
+        lines.append(f"| {'-' if label is None else label} | {n:,} | {n / done:.1%} |")
+    return lines
 
 
 def _notes(report: dict[str, Any]) -> list[str]:
