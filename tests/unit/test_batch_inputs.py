@@ -524,3 +524,24 @@ def test_drop_errors_keeps_the_old_file_and_leaves_each_record_once(tmp_path):
     (backup,) = job.glob("previous-*/results.jsonl")
     assert [r["id"] for r in iter_json_lines(backup)] == ["a", "b", "c"]
     assert drop_errors(job) == 0
+
+
+def test_status_of_a_folder_that_is_not_a_job_says_what_to_give(tmp_path):
+    """Issue 31 item 14: a missing folder is named as missing (not "no manifest.json"), and
+    the parent of job folders lists them, so `batch status ~/jobs` finds `~/jobs/run-1`."""
+    with pytest.raises(UserError, match=r"absent does not exist; give the --out folder"):
+        load_manifest(tmp_path / "absent")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"empty is not a sparkops job directory \(no manifest"):
+        load_manifest(tmp_path / "empty")
+    for name in ("run-b", "run-a", "notes"):
+        (tmp_path / "jobs" / name).mkdir(parents=True)
+    for name in ("run-b", "run-a"):
+        prepare_dir(tmp_path / "jobs" / name, manifest(), restart=False)
+    with pytest.raises(UserError) as err:
+        load_manifest(tmp_path / "jobs")
+    jobs = tmp_path / "jobs"
+    assert str(err.value) == (
+        f"{jobs} is not a sparkops job directory but holds 2: {jobs / 'run-a'}, "
+        f"{jobs / 'run-b'}; give one of them"
+    )

@@ -317,12 +317,38 @@ def _new_backup_dir(directory: Path) -> Path:
     raise UserError(f"{directory} has too many previous-* folders; remove some")
 
 
+JOBS_SHOWN = 5
+
+
+def job_dirs_under(directory: Path) -> list[Path]:
+    """The job folders directly inside `directory` (those holding a manifest), sorted: a user
+    who gives the parent of their jobs is shown them."""
+    try:
+        children = sorted(p for p in directory.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    return [p for p in children if (p / MANIFEST).is_file()]
+
+
 def load_manifest(directory: Path) -> Manifest:
     """The job's manifest, for status and report; one line with the fix when unusable
     (missing, a folder, empty, not JSON, or fields of the wrong type)."""
     path = directory / MANIFEST
+    if not directory.exists():
+        raise UserError(f"{directory} does not exist; give the --out folder of a sparkops job")
     if not path.exists():
-        raise UserError(f"{directory} is not a sparkops job directory (no {MANIFEST}); check DIR")
+        jobs = job_dirs_under(directory)
+        if jobs:
+            shown = ", ".join(str(j) for j in jobs[:JOBS_SHOWN])
+            more = f" and {len(jobs) - JOBS_SHOWN} more" if len(jobs) > JOBS_SHOWN else ""
+            raise UserError(
+                f"{directory} is not a sparkops job directory but holds {len(jobs)}: "
+                f"{shown}{more}; give one of them"
+            )
+        raise UserError(
+            f"{directory} is not a sparkops job directory (no {MANIFEST}); give the --out "
+            "folder of a sparkops job"
+        )
     if not path.is_file():
         raise UserError(
             f"{path} is not a file; move it away and run the job's `sparkops batch run` "
