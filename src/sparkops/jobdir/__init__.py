@@ -1,5 +1,6 @@
-"""The job folder as its own layer: layout and lock (folder), line formats (lines), durable
-writes (durable), the results journal (journal), `batch status` (status), what served a job
+"""The job folder as its own layer: layout and lock (folder), line formats (lines, and the
+serving lines in serving_lines; their lenient field readers in fields), durable writes
+(durable), the results journal (journal), `batch status` (status), what served a job
 (identity), OpenAI batch output lines (openai_lines), and one run's handle (run.JobRun).
 
 Below the client (batch/) and the readers (report/, compare/, bench/): it imports neither,
