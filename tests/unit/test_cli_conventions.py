@@ -117,7 +117,8 @@ def test_help_says_the_defaults_the_issue_found_missing():
     )
     assert "vLLM --max-num-seqs (default: vLLM's own)" in help_of("local", "up")
     status = help_of("batch", "status")
-    assert "dir (required)" in status and "--json (default: off)" in status
+    assert "dir the job folder (batch run's --out) (required)" in status
+    assert "--json print the status as one JSON object (default: off)" in status
 
 
 def test_every_help_prints_without_error(capsys):
@@ -362,3 +363,17 @@ def test_an_endpoint_with_a_query_string_is_refused_with_the_fix(tmp_path):
         assert line.startswith("sparkops: error: --endpoint http://127.0.0.1:9/v1")
         assert "query string" in line and "--api-key-env" in line and "sekrit" not in line
         assert "cannot reach" not in line and not (tmp_path / "job").exists()
+
+
+def test_every_option_says_what_it_is():
+    """Issue 31 item 14: no option's help is only its default (or empty): each says what it
+    sets, in every sub-command."""
+    bare = []
+    for path, parser in every_parser(cli.build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction) or action.help == argparse.SUPPRESS:
+                continue
+            words = " ".join(str(action.help or "").split()).lower()
+            if not words or words.startswith(("default", "(default", "(required)")):
+                bare.append(f"sparkops {' '.join(path)} {action.option_strings or action.dest}")
+    assert bare == []

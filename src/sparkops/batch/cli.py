@@ -47,8 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.set_defaults(func=_run)
 
     status = sub.add_parser("status", help="how far a job got")
-    status.add_argument("dir", type=Path)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("dir", type=Path, help="the job folder (batch run's --out)")
+    status.add_argument("--json", action="store_true", help="print the status as one JSON object")
     status.set_defaults(func=_status)
 
 

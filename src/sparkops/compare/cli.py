@@ -27,8 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("run_a", type=Path, help="first run: output directory or results.jsonl")
     parser.add_argument("run_b", type=Path, help="second run: output directory or results.jsonl")
     parser.add_argument("--gold", type=Path, help="CSV of gold labels (columns id,label)")
-    parser.add_argument("--gold-id-field", default="id")
-    parser.add_argument("--gold-label-field", default="label")
+    parser.add_argument(
+        "--gold-id-field", default="id", help="the gold file's column holding each record's id"
+    )
+    parser.add_argument(
+        "--gold-label-field", default="label", help="the gold file's column holding the true label"
+    )
     parser.add_argument(
         "--positive",
         action="append",

@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "through the server's /tokenize and block size. Exit 0 with warnings printed; "
         "--strict makes a warning exit 2.",
     )
-    check.add_argument("pipeline", type=Path)
+    check.add_argument("pipeline", type=Path, help="the pipeline YAML file to check")
     check.add_argument(
         "--endpoint",
         help="vLLM base URL, for token counts (/tokenize) and the block size (/metrics); "

@@ -271,7 +271,9 @@ def tokens_per_record(
 def add_model_source(parser: argparse.ArgumentParser) -> None:
     """The model to plan for (--config or --profile) and its KV-cache dtype."""
     parser.add_argument(
-        "--kv-dtype", choices=["fp8", "bf16", "fp16"], help="default: the profile's, else fp8"
+        "--kv-dtype",
+        choices=["fp8", "bf16", "fp16"],
+        help="KV-cache dtype (default: the profile's, else fp8)",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(

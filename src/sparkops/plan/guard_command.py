@@ -64,13 +64,33 @@ def register_guard(sub: argparse._SubParsersAction) -> None:
         help="host memory (default: MemTotal; WSL2 128); on a host that is not a GB10 (a "
         "controller) the guard plans a host of this size instead of reading this one",
     )
-    guard.add_argument("--os-reserve-gb", type=float, default=defaults.os_reserve_gb)
-    guard.add_argument("--windows-share-gb", type=float, default=defaults.windows_share_gb)
+    guard.add_argument(
+        "--os-reserve-gb",
+        type=float,
+        default=defaults.os_reserve_gb,
+        help="GB kept for the OS and its services on a native host",
+    )
+    guard.add_argument(
+        "--windows-share-gb",
+        type=float,
+        default=defaults.windows_share_gb,
+        help="under WSL2, GB kept for Windows and Linux together",
+    )
     guard.add_argument(
         "--activations-gb", type=float, help="activations and CUDA graphs (gb10 10, cpu 1)"
     )
-    guard.add_argument("--margin-gb", type=float, default=defaults.margin_gb)
-    guard.add_argument("--wsl-linux-gb", type=float, default=defaults.wsl_linux_gb)
+    guard.add_argument(
+        "--margin-gb",
+        type=float,
+        default=defaults.margin_gb,
+        help="GB that must stay free after the launch",
+    )
+    guard.add_argument(
+        "--wsl-linux-gb",
+        type=float,
+        default=defaults.wsl_linux_gb,
+        help="under WSL2, the MemAvailable (GB) the Linux side needs when vLLM starts",
+    )
     guard.add_argument(
         "--config", type=Path, help="the model's config.json, for the sequences x context"
     )

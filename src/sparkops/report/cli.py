@@ -13,7 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report", help="write report.json, report.md, throughput.png into DIR"
     )
-    p.add_argument("dir", type=Path)
+    p.add_argument("dir", type=Path, help="the job folder (batch run's --out)")
     p.add_argument(
         "--json",
         action="store_true",
