@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from sparkops.local.server import START_TIMEOUT_S, start_servers, stop_servers
+from sparkops.local.server import START_TIMEOUT_S, ServerSettings, start_servers, stop_servers
 from sparkops.samples import GOLD, NOTES, SMALL_PIPELINE
 
 SPARKOPS = (sys.executable, "-m", "sparkops.cli")
@@ -87,9 +87,8 @@ def main() -> None:
     inputs = {1: args.out / "notes-one.jsonl", args.concurrency: args.out / "notes.jsonl"}
     inputs[1].write_text("".join(every[: args.notes_one]))
     inputs[args.concurrency].write_text("".join(every[: args.notes]))
-    (server,) = start_servers(
-        replicas=1, kv_cache_gib=1.0, log_dir=args.out, timeout=START_TIMEOUT_S, model="smollm2"
-    )
+    settings = ServerSettings(model="smollm2", kv_cache_gib=1.0, timeout=START_TIMEOUT_S)
+    (server,) = start_servers(settings, log_dir=args.out)
     figures: dict = {"runs": {}, "compare": {}}
     try:
         for c in (args.concurrency, 1):

@@ -85,9 +85,9 @@ def main() -> None:
     servers = []
     endpoint = args.endpoint
     if endpoint is None:
-        from sparkops.local.server import start_servers
+        from sparkops.local.server import ServerSettings, start_servers
 
-        servers = start_servers(replicas=1, kv_cache_gib=1.0)
+        servers = start_servers(ServerSettings(kv_cache_gib=1.0))
         endpoint = servers[0].base_url
     try:
         with tempfile.TemporaryDirectory() as tmp:

