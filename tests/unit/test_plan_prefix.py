@@ -11,7 +11,7 @@ from sparkops.errors import UserError
 from sparkops.plan import cli
 from sparkops.plan.decode import decode_ceiling
 from sparkops.plan.memory import GIB, plan_memory
-from sparkops.plan.prefix import plan_shared_prefix
+from sparkops.plan.prefix import CallMix, plan_shared_prefix
 from sparkops.plan.shapes import SHAPES_FILE, profile_shape, shape_from_config, shipped_shape
 from sparkops.profiles import available_profiles, load_profile
 
@@ -51,12 +51,9 @@ def test_the_seeds_setting_block_by_block_as_vllm_allocates_it():
     shape = shipped_shape(GEMMA4)
     plan = plan_shared_prefix(
         shape,
+        CallMix(seqs=1000, prompt_tokens=1600, shared_fraction=0.9, output_tokens=125),
         width=1,
         kv_cache_bytes=SEED_KV,
-        seqs=1000,
-        prompt_tokens=1600,
-        shared_fraction=0.9,
-        output_tokens=125,
     )
     assert plan.group_blocks == (16,) * 5 + (64,) and plan.pool_blocks == 122_880
     # 1,440 shared tokens -> 1,408 in whole 64-token hit blocks; 192 own prompt tokens per call
@@ -97,13 +94,9 @@ def test_the_plan_is_within_ten_points_of_what_the_engine_held(
     each level measured, and the preemption verdict right (none preempted)."""
     plan = plan_shared_prefix(
         shipped_shape(GEMMA4),
+        CallMix(seqs, prompt, shared / prompt, out, prefixes),
         width=1,
         kv_cache_bytes=60 * GIB,
-        seqs=seqs,
-        prompt_tokens=prompt,
-        shared_fraction=shared / prompt,
-        output_tokens=out,
-        prefixes=prefixes,
     )
     assert abs(plan.usage_typical - mean) < 0.10, plan.usage_typical
     assert abs(plan.usage_peak - peak) < 0.10, plan.usage_peak
@@ -114,13 +107,9 @@ def test_the_plan_is_within_ten_points_of_what_the_engine_held(
 def test_the_llama_rows_are_within_twelve_points(seqs, kv_max):
     plan = plan_shared_prefix(
         shipped_shape("/tmp/w/model"),
+        CallMix(seqs, prompt_tokens=1538, shared_fraction=0.919, output_tokens=8, prefixes=3),
         width=1,
         kv_cache_bytes=60 * GIB,
-        seqs=seqs,
-        prompt_tokens=1538,
-        shared_fraction=0.919,
-        output_tokens=8,
-        prefixes=3,
     )
     assert plan.pool_blocks == 61_440 and plan.group_blocks == (16,)
     assert abs(plan.usage_peak - kv_max) < 0.12 and plan.warnings == ()
@@ -128,11 +117,11 @@ def test_the_llama_rows_are_within_twelve_points(seqs, kv_max):
 
 def test_too_many_sequences_warn_without_fp8_advice_when_already_fp8():
     shape = shipped_shape(GEMMA4)
-    args = dict(kv_cache_bytes=10 * GIB, seqs=1000, prompt_tokens=1600, shared_fraction=0.9)
-    fp8 = plan_shared_prefix(shape, width=1, output_tokens=125, **args)
+    calls = CallMix(seqs=1000, prompt_tokens=1600, shared_fraction=0.9, output_tokens=125)
+    fp8 = plan_shared_prefix(shape, calls, width=1, kv_cache_bytes=10 * GIB)
     assert fp8.seqs_that_fit_peak < 1000
     assert "preempt" in fp8.warnings[0] and "fp8" not in fp8.warnings[0]
-    bf16 = plan_shared_prefix(shape, width=2, output_tokens=125, kv_dtype="bf16", **args)
+    bf16 = plan_shared_prefix(shape, calls, width=2, kv_cache_bytes=10 * GIB, kv_dtype="bf16")
     assert "use an fp8 KV cache" in bf16.warnings[0]
 
 
@@ -202,12 +191,9 @@ def test_cli_profile_without_a_shape_and_bad_inputs(tmp_path):
     with pytest.raises(UserError, match="--shared"):
         plan_shared_prefix(
             shipped_shape(GEMMA4),
+            CallMix(seqs=1, prompt_tokens=10, shared_fraction=1.5, output_tokens=1),
             width=1,
             kv_cache_bytes=SEED_KV,
-            seqs=1,
-            prompt_tokens=10,
-            shared_fraction=1.5,
-            output_tokens=1,
         )
     with pytest.raises(SystemExit):  # --config and --profile are one choice
         run(["plan", "decode", "--context", "9"])

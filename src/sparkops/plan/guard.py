@@ -37,7 +37,7 @@ side's minimum.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from sparkops.errors import UserError
@@ -347,16 +347,7 @@ def check_launch(
             f"{settings.wsl_linux_gb:g} GB"
         )
 
-    serves = _serves(profile, hf_config, largest, seqs) if largest else None
-    message = _message(
-        profile, host, parts, pool, problems, largest, serves, others, need, sized_right
-    )
-    if not wsl and not check_now and facts.measured:
-        message += (
-            " (available memory not checked: this stack's running vLLM does not report its "
-            "memory; memory-guard.sh checks it when the new one starts)"
-        )
-    return Verdict(
+    verdict = Verdict(
         ok=not problems,
         host=host,
         kind=facts.kind,
@@ -365,10 +356,17 @@ def check_launch(
         headroom_bytes=headroom,
         margin_bytes=margin,
         largest_kv_bytes=largest,
-        serves=serves,
-        message=message,
+        serves=_serves(profile, hf_config, largest, seqs) if largest else None,
+        message="",
         problems=problems,
     )
+    message = _message(profile, verdict, others, need, sized_right)
+    if not wsl and not check_now and facts.measured:
+        message += (
+            " (available memory not checked: this stack's running vLLM does not report its "
+            "memory; memory-guard.sh checks it when the new one starts)"
+        )
+    return replace(verdict, message=message)
 
 
 def profiles_that_fit(
@@ -426,20 +424,18 @@ def _plan(profile: Profile, config: dict[str, Any], kv_bytes: int, seqs: int | N
 
 def _message(
     profile: Profile,
-    host: str,
-    parts: dict[str, int],
-    pool: int,
-    problems: list[str],
-    largest: int,
-    serves: dict[str, int] | None,
+    verdict: Verdict,
     others: list[GpuProcess],
     need: LaunchNeed,
     sized_right: bool,
 ) -> str:
-    """One line: the sum, and either "fits" or the refusal with its fix."""
-    total = sum(parts.values())
-    summed = " + ".join(f"{label} {_gb(value)}" for label, value in parts.items())
-    head = f"{host}: {profile.name} needs {summed} = {_gb(total)} of {_gb(pool)}"
+    """One line for `verdict`: the sum, and either "fits" or the refusal with its fix."""
+    problems, largest, serves = verdict.problems, verdict.largest_kv_bytes, verdict.serves
+    total = sum(verdict.need.values())
+    summed = " + ".join(f"{label} {_gb(value)}" for label, value in verdict.need.items())
+    head = (
+        f"{verdict.host}: {profile.name} needs {summed} = {_gb(total)} of {_gb(verdict.pool_bytes)}"
+    )
     if not problems:
         return f"{head}: fits"
     if sized_right:  # only the Linux side of WSL2 is short: the launch itself fits

@@ -11,7 +11,7 @@ from rich.console import Console
 from sparkops.errors import UserError
 from sparkops.plan.decode import BANDWIDTH_GB_S, decode_ceiling, parse_levels
 from sparkops.plan.memory import GB, GIB, dtype_bytes, plan_memory
-from sparkops.plan.prefix import plan_shared_prefix
+from sparkops.plan.prefix import CallMix, plan_shared_prefix
 from sparkops.plan.shapes import EngineLayout, engine_layout
 from sparkops.plan.sources import load_config, model_source, show, weights_gb_beside
 from sparkops.plan.tables import print_decode, print_memory, print_shared_prefix
@@ -42,15 +42,18 @@ def run_memory(args: argparse.Namespace) -> int:
     if kv_bytes is None:
         weights = shape.weights_gb or 0.0
         kv_bytes = int((args.memory_gb - weights) * GB)
-    shared = plan_shared_prefix(
-        shape,
-        width=dtype_bytes(kv_dtype),
-        kv_cache_bytes=kv_bytes,
+    calls = CallMix(
         seqs=args.seqs,
         prompt_tokens=args.prompt_tokens or args.context,
         shared_fraction=args.shared,
         output_tokens=args.output_tokens,
         prefixes=args.prefixes,
+    )
+    shared = plan_shared_prefix(
+        shape,
+        calls,
+        width=dtype_bytes(kv_dtype),
+        kv_cache_bytes=kv_bytes,
         block_size=args.block_size,
         kv_dtype=kv_dtype,
     )

@@ -69,31 +69,44 @@ class SharedPrefixPlan:
         return out
 
 
+@dataclass(frozen=True)
+class CallMix:
+    """The calls in flight: `seqs` calls of `prompt_tokens`, of which `shared_fraction` is a
+    shared opening (one of `prefixes` different openings), each writing `output_tokens`."""
+
+    seqs: int
+    prompt_tokens: int
+    shared_fraction: float
+    output_tokens: int
+    prefixes: int = 1
+
+    def check(self) -> None:
+        """Refuse a mix no plan can describe, naming the flags that set it."""
+        if self.seqs < 1 or self.prompt_tokens < 1 or self.output_tokens < 0 or self.prefixes < 1:
+            raise UserError(
+                "--seqs, --prompt-tokens-per-call and --prefixes must be at least 1, "
+                "--gen-tokens-per-call 0 or more"
+            )
+        if not 0.0 <= self.shared_fraction <= 1.0:
+            raise UserError(f"--shared {self.shared_fraction} is outside 0..100%")
+
+
 def plan_shared_prefix(
     shape: ModelShape,
+    calls: CallMix,
     *,
     width: int,
     kv_cache_bytes: int,
-    seqs: int,
-    prompt_tokens: int,
-    shared_fraction: float,
-    output_tokens: int,
-    prefixes: int = 1,
     block_size: int | None = None,
     kv_dtype: str = "fp8",
 ) -> SharedPrefixPlan:
-    """Plan `seqs` calls of `prompt_tokens` (of which `shared_fraction` is a shared opening,
-    among `prefixes` different openings) writing `output_tokens` each. `block_size`: vLLM's
-    --block-size (16 unless the profile sets one; vLLM-CPU uses 128)."""
-    if seqs < 1 or prompt_tokens < 1 or output_tokens < 0 or prefixes < 1:
-        raise UserError(
-            "--seqs, --prompt-tokens-per-call and --prefixes must be at least 1, "
-            "--gen-tokens-per-call 0 or more"
-        )
-    if not 0.0 <= shared_fraction <= 1.0:
-        raise UserError(f"--shared {shared_fraction} is outside 0..100%")
+    """Plan `calls` (see CallMix) against a `kv_cache_bytes` cache of `width`-byte entries.
+    `block_size`: vLLM's --block-size (16 unless the profile sets one; vLLM-CPU uses 128)."""
+    calls.check()
     if kv_cache_bytes <= 0:
         raise UserError("the KV cache size must be positive: pass --kv-cache-gib")
+    seqs, prompt_tokens, output_tokens = calls.seqs, calls.prompt_tokens, calls.output_tokens
+    shared_fraction, prefixes = calls.shared_fraction, calls.prefixes
     layout = engine_layout(
         shape,
         width=width,
