@@ -6,8 +6,8 @@ events (`runs.jsonl`), timeline samples (`timeline.jsonl`, the record is
 metrics/timeline.py's) and serving lines (`serving.jsonl`: start, change, other-model; theirs
 is jobdir/serving_lines.py). Each kind is a typed record with its `to_json` (what its writer
 appends) and its reader (the OpenAI output and meta lines are built by jobdir/openai_lines.py,
-whose format they are), so
-`batch`, `status`, `report`, `compare` and `bench` read attributes, never a field two ways.
+whose format they are), so `batch`, `status`, `report`, `compare` and `bench` read attributes,
+never a field two ways.
 Readers are lenient, as the files outlive the client that wrote them: a field of the wrong
 type in an old or hand-edited line reads as absent (None), never as a crash.
 
