@@ -264,42 +264,54 @@ def test_a_signal_mid_job_cancels_flushes_and_a_resume_completes_once(
     assert_exactly_once(job, ids)
 
 
+def _until(check, limit: float) -> None:
+    """Wait for `check()` to hold, up to `limit` seconds (a bound on a hang, not a timing)."""
+    deadline = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < deadline, "waited too long"
+        time.sleep(0.05)
+
+
 def test_a_hang_up_stops_with_the_line_how_to_resume_and_nohup_keeps_running(job, fault_server):
     """Issue 34 item 14: SIGHUP (a dropped ssh session) ended the job without a word. Now it
     stops like any signal (exit 1, resumable) with one line saying so; under nohup (SIGHUP
-    ignored) the same hang-up changes nothing and the job finishes."""
+    ignored) the same hang-up changes nothing and the job finishes.
+
+    The server answers the first records and holds every later one (`hang()`), so the job is
+    still running when the hang-up comes however slow the machine is (CI once saw a job of
+    200 quick records finish before the signal was sent)."""
     ids = write_records(job["input"], 200)
-    fault_server.default = slow(0.2)
+    fault_server.check_action = ok()
+    fault_server.first(30, ok())
+    fault_server.default = hang()
     argv = batch_run(job, fault_server.openai_url, extra=("--concurrency", "16"))
     t0 = time.monotonic()
     proc = start(*argv)
-    deadline = time.monotonic() + 30
-    while len(rows(job)) < 30:
-        assert time.monotonic() < deadline and proc.poll() is None, "the job did not get going"
-        time.sleep(0.05)
+    _until(lambda: len(rows(job)) >= 30 or proc.poll() is not None, 120)
+    assert proc.poll() is None, "the job ended although 170 records were held"
     proc.send_signal(signal.SIGHUP)
-    code, _, stderr = finish(proc, t0, 60)
+    code, _, stderr = finish(proc, t0, 120)
     assert code == 1, stderr
     done = rows(job)
+    assert len(done) == 30 and len({r["id"] for r in done}) == 30
     (line,) = error_lines(stderr)
     assert line == (
-        f"sparkops: error: stopped: the terminal hung up (SIGHUP: a dropped ssh session?); "
-        f"{len(done)} done, 0 errors; run the same command again to resume (under tmux, nohup "
+        "sparkops: error: stopped: the terminal hung up (SIGHUP: a dropped ssh session?); "
+        "30 done, 0 errors; run the same command again to resume (under tmux, nohup "
         "or the job's systemd unit a dropped session does not stop it)"
     )
-    assert 30 <= len(done) < 200 and len({r["id"] for r in done}) == len(done)
 
     def ignore_hangup() -> None:  # what nohup does before it starts the command
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
+    fault_server.first(10, ok())  # then held again
     t0 = time.monotonic()
     proc = start(*argv, preexec_fn=ignore_hangup)
-    deadline = time.monotonic() + 30
-    while len(rows(job)) < len(done) + 10:
-        assert time.monotonic() < deadline and proc.poll() is None, "the resume did not go on"
-        time.sleep(0.05)
+    _until(lambda: len(rows(job)) >= 40 or proc.poll() is not None, 120)
+    assert proc.poll() is None, "the resume ended although 160 records were held"
     proc.send_signal(signal.SIGHUP)
-    code, _, stderr = finish(proc, t0, 90)
+    fault_server.release()  # the held records answer: the job can only finish if it went on
+    code, _, stderr = finish(proc, t0, 120)
     assert code == 0, stderr
     assert all(r["status"] == "done" for r in assert_exactly_once(job, ids).values())
 

@@ -37,7 +37,8 @@ Actions (module functions returning an `Action`):
   `ok(content=None, delay=0)`          200 with one choice (content default: `server.content`)
   `status(code, retry_after=None, message=None)`  an OpenAI-shaped error body
   `drop()`                             close the connection without an answer
-  `hang()`                             never answer (released when the server stops)
+  `hang()`                             never answer (released when the server stops, or
+                                       answered ok() by `server.release()`)
   `slow(seconds, content=None)`        answer 200 after a delay
   `not_json()`                         200 with a body that is not JSON
   `no_choices()`                       200 JSON object without `choices`
@@ -374,6 +375,7 @@ class FaultServer(ThreadedServer):
         self._unstalled: asyncio.Event | None = None
         self._site: web.TCPSite | None = None
         self._held: list[asyncio.Event] = []  # hung requests a graceful stop answers
+        self._released = False  # release(): hang() answers at once from then on
         self._draining = False
         self._drainer: asyncio.Task | None = None
 
@@ -439,6 +441,18 @@ class FaultServer(ThreadedServer):
     def close(self) -> None:
         self.stop()
         self._end_loop()
+
+    def release(self) -> None:
+        """Answer every request `hang()` holds (ok()), and every later one at once: a test can
+        hold a job mid-way, do something to it, and let it finish."""
+        self._call(self._release_held())
+
+    async def _release_held(self) -> None:
+        # In the server's loop, as hang() itself: no request can slip between the flag and
+        # the events set here.
+        self._released = True
+        while self._held:
+            self._held.pop(0).set()
 
     def graceful_stop(self, every: float) -> None:
         """See the module docstring: new connections refused, held requests answered."""
@@ -608,6 +622,8 @@ class FaultServer(ThreadedServer):
     ) -> web.StreamResponse:
         if action.delay:
             await asyncio.sleep(action.delay)
+        if action.kind == "hang" and self._released:
+            return self._answer(request.path, key, body, ok())
         if action.kind == "hang":
             assert self._release is not None
             held = asyncio.Event()
