@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugins.fault_server import NOISE, FaultServer, ok, write_records
+from tests.plugins.fault_server import NOISE, FaultServer, hang, ok, write_records
 from tests.plugins.inventories import make_inventory
 
 pytestmark = pytest.mark.integration
@@ -52,24 +52,43 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+def _compact(path: Path) -> str:
+    """A file being appended to, whitespace dropped (a torn last line is no error here)."""
+    return "".join(path.read_text().split()) if path.exists() else ""
+
+
 def run_switching(job, server: FaultServer, *extra: str, after: int = 15, **identity):
-    """Run a job; once `after` records are finished, switch the server's identity."""
+    """Run a job; once `after` records are finished, switch the server's identity.
+
+    The server answers `after` records and holds the rest (`hang()`) until the job has
+    logged the change (or stopped for it), then lets them answer: the switch always lands
+    mid-job, however slow the machine (a job of quick answers could otherwise end first)."""
+    answer = server.default
+    server.check_action = answer
+    server.first(after, answer)
+    server.default = hang()
     t0 = time.monotonic()
     proc = subprocess.Popen(
         command(job, server, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    changed = job["out"] / "serving.jsonl"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while len(lines(job["out"] / "results.jsonl")) < after:
             assert time.monotonic() < deadline and proc.poll() is None, proc.poll()
             time.sleep(0.02)
         server.set_identity(**identity)
-        stdout, stderr = proc.communicate(timeout=60)
+        while proc.poll() is None and '"event":"change"' not in _compact(changed):
+            assert time.monotonic() < deadline, "the change was not logged"
+            time.sleep(0.02)
+        server.default = answer
+        server.release()
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert time.monotonic() - t0 < 45
+    assert time.monotonic() - t0 < 300
     clean(stdout + stderr)
     return proc.returncode, stdout, stderr
 
