@@ -23,7 +23,7 @@ import pytest
 from sparkops.samples import sample_paths
 from tests.plugins import cli
 from tests.plugins.cli import batch_run, finish, sparkops
-from tests.plugins.fault_server import ok, write_records
+from tests.plugins.fault_server import hang, ok, write_records
 
 pytestmark = pytest.mark.integration
 
@@ -65,13 +65,17 @@ def sparkops_report(out: Path) -> dict:
 
 def test_an_endpoint_that_stalls_mid_job_is_routed_around_exactly_once(job, fault_server_factory):
     a, b = fault_server_factory(), fault_server_factory()
-    for s in (a, b):
-        s.default = ok(delay=0.05)
+    b.default = ok(delay=0.05)
+    # a answers 10 records, then holds every call it gets: the job cannot end until the stall
+    # is caught and a's calls go to b, however fast b is and however slow the machine
+    a.check_action = ok()
+    a.first(10, ok(delay=0.05))
+    a.default = hang()
     ids = write_records(job["input"], 160)
     t0 = time.monotonic()
     proc = start(job, [a.openai_url, b.openai_url], "--concurrency", "8", "--stall-after", "2")
     wait_for(lambda: len(lines(job["out"] / "results.jsonl")) >= 20, 60, "20 records")
-    a.stall()
+    a.stall()  # and its /metrics stop moving, as vLLM's do when its engine hangs
     stalled_at = time.monotonic()
     with urllib.request.urlopen(a.url + "/health", timeout=5) as resp:  # still "healthy"
         assert resp.status == 200
@@ -121,7 +125,11 @@ def test_a_stalled_endpoint_is_probed_and_rejoins_when_it_answers_again(job, fau
 
 
 def test_with_every_endpoint_stalled_the_job_stops_with_one_line_and_resumes(job, fault_server):
-    fault_server.default = ok(delay=0.02)
+    # 10 records answer, then every call is held: the job is still running when the server
+    # stalls, however slow the machine (120 quick records could otherwise all be done)
+    fault_server.check_action = ok()
+    fault_server.first(10, ok(delay=0.02))
+    fault_server.default = hang()
     ids = write_records(job["input"], 120)
     t0 = time.monotonic()
     proc = start(job, [fault_server.openai_url], "--concurrency", "4", "--stall-after", "2")
@@ -137,6 +145,8 @@ def test_with_every_endpoint_stalled_the_job_stops_with_one_line_and_resumes(job
     (end,) = events(job, "end")
     assert end["stopped"] == "stalled"
     # the server comes back: the same command finishes the rest, each record exactly once
+    fault_server.default = ok(delay=0.02)
+    fault_server.release()
     fault_server.unstall()
     t1 = time.monotonic()
     again = start(job, [fault_server.openai_url], "--concurrency", "4", "--stall-after", "2")
