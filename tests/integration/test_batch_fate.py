@@ -37,9 +37,10 @@ def _wait_rows(job, n: int, limit: float = 30.0) -> None:
     assert len(rows(job)) >= n, "the job did not get going"
 
 
-def _outage_then_resume(job, url: str, cause, restore, ids: list[str], server) -> None:
+def _outage_then_resume(job, url: str, cause, restore, ids: list[str]) -> None:
     """Start a job, cause an outage after 20 records, expect exit 1 with no error line,
-    restore, resume: exit 0 and every record done exactly once."""
+    restore, resume: exit 0 and every record done exactly once. The caller arranges that
+    the job cannot end before the outage, however slow the machine."""
     extra = ("--retry-for", "3", "--concurrency", "32")
     t0 = time.monotonic()
     proc = start(*batch_run(job, url, extra=extra))
@@ -62,13 +63,16 @@ def test_the_only_server_dies_mid_job_no_record_fails_and_the_resume_finishes_al
     job, fault_server
 ):
     ids = write_records(job["input"], 600)
-    fault_server.default = slow(0.05)
+    # 20 records answer, the rest are held (hang()) until the server dies
+    fault_server.check_action = ok()
+    fault_server.first(20, slow(0.05))
+    fault_server.default = hang()
 
     def restore() -> None:
-        fault_server.start()
         fault_server.default = ok()
+        fault_server.start()
 
-    _outage_then_resume(job, fault_server.openai_url, fault_server.stop, restore, ids, None)
+    _outage_then_resume(job, fault_server.openai_url, fault_server.stop, restore, ids)
 
 
 def test_a_graceful_server_stop_fails_no_record_and_the_resume_finishes_all(job, fault_server):
@@ -110,14 +114,16 @@ def test_a_proxy_answering_503_for_good_fails_no_record(job, fault_server, rewri
     ids = write_records(job["input"], 600)
     fault_server.default = slow(0.05)
     proxy = rewriting_proxy(fault_server.url)
+    # the proxy forwards 20 completion requests, then answers 503 for good
+    proxy.status, proxy.status_after = 503, 20
 
     def cause() -> None:
-        proxy.status = 503
+        pass  # armed above: the outage comes after the first 20, mid-job
 
     def restore() -> None:
         proxy.status = None
 
-    _outage_then_resume(job, proxy.openai_url, cause, restore, ids, fault_server)
+    _outage_then_resume(job, proxy.openai_url, cause, restore, ids)
 
 
 def test_a_200_without_text_is_retried_never_a_decision(job, fault_server):
@@ -155,11 +161,13 @@ def test_an_endpoint_failing_mid_job_hands_its_records_to_the_other(job, fault_s
 
     ids = write_records(job["input"], 400)
     a, b = fault_server_factory(), fault_server_factory()
-    a.default = b.default = slow(0.02)
+    a.default = slow(0.02)
+    # b answers 15 records, then 503 for good: it fails mid-job whatever the machine's pace
+    b.check_action = ok()
+    b.first(15, slow(0.02))
+    b.default = status(503)
     t0 = time.monotonic()
     proc = start(*batch_run(job, a.openai_url, b.openai_url, extra=("--concurrency", "16")))
-    _wait_rows(job, 30)
-    b.default = status(503)
     code, _, stderr = finish(proc, t0, 90)
     assert code == 0, stderr
     by_id = assert_exactly_once(job, ids)

@@ -10,7 +10,9 @@ Fixture: `rewriting_proxy(upstream_url) -> RewritingProxy` (started; stopped aft
 - `proxy.rewrite = fn(body: dict) -> dict`: applied to every JSON answer of a completion path
   (None: pass through). `fallback_model(name)` and `rewrite_content(text)` build common ones.
 - `proxy.status = 503`: answer every completion request with that status, without forwarding
-  (None: forward). /v1/models, /metrics and the rest always pass through.
+  (None: forward); with `proxy.status_after = N`, only once N completion requests have been
+  forwarded (an outage that always comes mid-job). /v1/models, /metrics and the rest always
+  pass through.
 - `proxy.drop_fields = ("structured_outputs",)`: request fields taken out of every completion
   request before it is forwarded (a router that drops what it does not know).
 - `proxy.url`, `proxy.openai_url`; `proxy.forwarded` counts completion requests forwarded.
@@ -54,6 +56,7 @@ class RewritingProxy(ThreadedServer):
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
         self.rewrite: Rewrite | None = None
         self.status: int | None = None
+        self.status_after = 0
         self.drop_fields: tuple[str, ...] = ()
         self.forwarded = 0
         self._session: aiohttp.ClientSession | None = None
@@ -82,7 +85,7 @@ class RewritingProxy(ThreadedServer):
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         completion = request.path in COMPLETION_PATHS
-        if completion and self.status is not None:
+        if completion and self.status is not None and self.forwarded >= self.status_after:
             err = {"error": {"message": "proxy: upstream unavailable", "code": self.status}}
             return web.json_response(err, status=self.status)
         assert self._session is not None
