@@ -227,24 +227,30 @@ def test_a_server_restarted_with_another_model_during_an_outage_is_caught_when_i
     job, slow_server
 ):
     write_records(job["input"], N)
+    # 15 records answer, the rest are held until the outage: it always comes mid-job
+    answer = slow_server.default
+    slow_server.check_action = answer
+    slow_server.first(15, answer)
+    slow_server.default = hang()
     t0 = time.monotonic()
     proc = subprocess.Popen(
         command(job, slow_server), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         while len(lines(job["out"] / "results.jsonl")) < 15:
-            assert time.monotonic() - t0 < 30 and proc.poll() is None
+            assert time.monotonic() - t0 < 120 and proc.poll() is None
             time.sleep(0.02)
         slow_server.stop()  # connections refused: calls are retried
         slow_server.set_identity(model="tiny-fp8")
-        time.sleep(1.0)
+        slow_server.default = answer
+        time.sleep(1.0)  # the outage lasts a while (not a wait for anything)
         slow_server.start()
-        stdout, stderr = proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 300
     clean(stdout + stderr)
     assert proc.returncode == 0, stderr
     assert "model tiny -> tiny-fp8" in stderr
