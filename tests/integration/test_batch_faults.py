@@ -287,8 +287,12 @@ def test_a_hang_up_stops_with_the_line_how_to_resume_and_nohup_keeps_running(job
     fault_server.first(30, ok())
     fault_server.default = hang()
     argv = batch_run(job, fault_server.openai_url, extra=("--concurrency", "16"))
+
+    def hangup_stops() -> None:  # a terminal's session, whatever this test runs under (nohup)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
     t0 = time.monotonic()
-    proc = start(*argv)
+    proc = start(*argv, preexec_fn=hangup_stops)
     _until(lambda: len(rows(job)) >= 30 or proc.poll() is not None, 120)
     assert proc.poll() is None, "the job ended although 170 records were held"
     proc.send_signal(signal.SIGHUP)

@@ -1,6 +1,7 @@
 """The test hosts' connection (tests/plugins/ansible_connections/sparkops_testhost.py, issue 34
-item 15): a lost answer to Ansible's temporary-folder command is retried idempotently; every
-other command, and every real failure, reaches Ansible as Docker gave it."""
+item 15): a lost or failed answer to Ansible's temporary-folder command is retried
+idempotently; a failure that stays reaches Ansible as Docker gave it, after the retries; every
+other command goes through untouched."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.loader import shell_loader
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "ansible_connections"
@@ -29,7 +31,10 @@ def connection(monkeypatch):
 
     def exec_command(self, cmd, in_data=None, sudoable=False):
         sent.append(cmd)
-        rc, out = answers.pop(0)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        rc, out = answer
         return rc, out, b""
 
     monkeypatch.setattr(testhost.DockerApiConnection, "exec_command", exec_command)
@@ -49,16 +54,31 @@ def test_a_lost_answer_is_retried_with_an_idempotent_mkdir(connection):
     assert sent[1].count("mkdir -p") == 2
 
 
-def test_real_failures_and_other_commands_are_not_retried(connection):
+def test_a_failed_or_lost_answer_is_retried_and_one_that_stays_reaches_ansible(connection):
     conn, sent, answers = connection
-    answers += [(1, b"")]  # mkdir failed: Ansible reports it
-    assert conn.exec_command(MKDTEMP)[0] == 1 and len(sent) == 1
+    # a failing exit status or a failed Docker API call on a slow moment: retried
+    answers += [(126, b""), AnsibleConnectionFailure("exec timed out"), (0, ANSWER)]
+    assert conn.exec_command(MKDTEMP) == (0, ANSWER, b"")
+    assert len(sent) == 3
+    # a failure that stays (a full disk): Ansible gets Docker's answer after the retries
+    answers += [(1, b"")] * (1 + testhost.RETRIES)
+    assert conn.exec_command(MKDTEMP) == (1, b"", b"")
+    assert len(sent) == 3 + 1 + testhost.RETRIES
+    answers += [AnsibleConnectionFailure("no such container")] * (1 + testhost.RETRIES)
+    with pytest.raises(AnsibleConnectionFailure, match="no such container"):
+        conn.exec_command(MKDTEMP)
+
+
+def test_other_commands_are_not_retried(connection):
+    conn, sent, answers = connection
     answers += [(0, b"")]  # a module's empty answer is its own business
     assert conn.exec_command("/usr/bin/python3 module.py") == (0, b"", b"")
-    assert len(sent) == 2
-    answers += [(0, b"")] * (1 + testhost.RETRIES)  # stays empty: Ansible fails as before
-    assert conn.exec_command(MKDTEMP) == (0, b"", b"")
-    assert len(sent) == 3 + testhost.RETRIES
+    answers += [(1, b"")]
+    assert conn.exec_command("/usr/bin/python3 module.py") == (1, b"", b"")
+    answers += [AnsibleConnectionFailure("gone")]
+    with pytest.raises(AnsibleConnectionFailure):
+        conn.exec_command("/usr/bin/python3 module.py")
+    assert len(sent) == 3
 
 
 def test_a_command_given_as_bytes_passes_through(connection):

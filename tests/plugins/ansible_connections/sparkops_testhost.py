@@ -2,13 +2,15 @@
 lost answer to Ansible's temporary-folder command on a slow moment (issue 34 item 15).
 
 On a loaded 2-core machine the Docker engine has been seen to end an exec's output stream
-with nothing in it while reporting success: Ansible then stops the whole converge with
-"failed to resolve remote temporary directory ... returned empty string", and a module fixture
-errors every test of its module, though the host and the kit are fine. Only that command is
-retried here, and only on that answer (exit status 0, no output): it is made idempotent
-(`mkdir -p` for the folder whose name Ansible chose) and run again, up to RETRIES times, each
-retry named in the output as a warning. Any other command, a failing status, or an answer that
-stays empty goes to Ansible untouched, so a real failure still fails.
+with nothing in it while reporting success, and a module fixture's converge has ended with its
+host "unreachable" at that command: Ansible stops the whole converge ("failed to resolve
+remote temporary directory ... returned empty string", or "Failed to create temporary
+directory"), and a module fixture errors every test of its module, though the host and the
+kit are fine. Only that command is retried here: it is made idempotent (`mkdir -p` for the
+folder whose name Ansible chose) and run again, up to RETRIES times, each retry named in the
+output as a warning, when its answer lacks the folder (any exit status, or no output) or the
+Docker API call itself failed. A failure that stays (a full or read-only disk) reaches
+Ansible after the retries, as Docker gave it; every other command goes to Ansible untouched.
 
 Everything else is community.docker.docker_api itself (its options, its Docker API client).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import time
 
+from ansible.errors import AnsibleConnectionFailure
 from ansible.utils.display import Display
 from ansible_collections.community.docker.plugins.connection.docker_api import (
     DOCUMENTATION as _DOCKER_API_DOCUMENTATION,
@@ -41,18 +44,32 @@ class Connection(DockerApiConnection):
     transport = "sparkops_testhost"
 
     def exec_command(self, cmd, in_data=None, sudoable=False):  # type: ignore[no-untyped-def]
-        result = super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         if not isinstance(cmd, str) or _MKDTEMP_MARK not in cmd or _EXCLUSIVE_MKDIR not in cmd:
-            return result
+            return super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         again = cmd.replace(_EXCLUSIVE_MKDIR, '&& mkdir -p "', 1)
-        for attempt in range(1, RETRIES + 1):
-            rc, stdout, _ = result
-            if rc != 0 or stdout.strip():
-                return result
+        for attempt in range(RETRIES + 1):
+            try:
+                result = super().exec_command(
+                    cmd if attempt == 0 else again, in_data=in_data, sudoable=sudoable
+                )
+            except AnsibleConnectionFailure as err:
+                if attempt == RETRIES:
+                    raise
+                why = f"the Docker API call failed ({err})"
+            else:
+                rc, stdout, _ = result
+                if rc == 0 and _MKDTEMP_MARK.encode() in _as_bytes(stdout):
+                    return result
+                if attempt == RETRIES:
+                    return result
+                why = f"exit status {rc}" if rc else "no output"
             display.warning(
-                f"{self.get_option('remote_addr')}: Docker returned no output for Ansible's"
-                f" temporary-folder command; retry {attempt} of {RETRIES}"
+                f"{self.get_option('remote_addr')}: Ansible's temporary-folder command got"
+                f" {why}; retry {attempt + 1} of {RETRIES}"
             )
-            time.sleep(attempt)
-            result = super().exec_command(again, in_data=in_data, sudoable=sudoable)
-        return result
+            time.sleep(attempt + 1)
+        raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
+
+
+def _as_bytes(value: object) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
