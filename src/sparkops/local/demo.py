@@ -76,10 +76,9 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
 
 
 def print_decisions(out: Path, console: Console) -> None:
-    """What the model decided: each final label's count, calls per record, and accuracy
-    against the sample's gold labels (the same reader and statistics as `sparkops compare`)."""
-    from rich.table import Table
-
+    """What the model decided beyond the report's decisions table (printed just before it):
+    calls per record, and accuracy against the sample's gold labels (the same reader and
+    statistics as `sparkops compare`)."""
     from sparkops.compare.runs import load_gold, load_run
     from sparkops.compare.stats import against_gold
     from sparkops.samples import GOLD
@@ -89,13 +88,6 @@ def print_decisions(out: Path, console: Console) -> None:
         calls = Counter(
             len(json.loads(line).get("steps") or []) for line in results if line.strip()
         )
-    title = f"Decisions ({len(decisions)} records)"
-    table = Table(title=title, min_width=len(title) + 4)  # a title wider than two columns
-    for column in ("final", "records"):
-        table.add_column(column)
-    for label, count in Counter(decisions.values()).most_common():
-        table.add_row(label, str(count))
-    console.print(table)
     mix = ", ".join(f"{n} call(s): {calls[n]} records" for n in sorted(calls))
     console.print(f"Step mix: {mix}", soft_wrap=True)
     conf = against_gold(decisions, load_gold(GOLD))
