@@ -18,7 +18,15 @@ from collections import Counter
 
 import pytest
 
-from tests.plugins.cli import Finished, assert_quiet, batch_run, finish, sparkops, start
+from tests.plugins.cli import (
+    Finished,
+    assert_quiet,
+    batch_run,
+    finish,
+    sparkops,
+    start,
+    wait_for,
+)
 from tests.plugins.fault_server import (
     ONE_STEP,
     choice_not_object,
@@ -34,14 +42,6 @@ from tests.plugins.fault_server import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _until(check, limit: float) -> None:
-    """Wait for `check()` to hold, up to `limit` seconds (a bound on a hang, not a timing)."""
-    deadline = time.monotonic() + limit
-    while not check():
-        assert time.monotonic() < deadline, "waited too long"
-        time.sleep(0.05)
 
 
 def run(job, server, *extra, limit: float = 30.0) -> Finished:
@@ -206,7 +206,7 @@ def test_the_only_server_dies_the_job_stops_once_then_resumes(job, fault_server)
         *batch_run(job, fault_server.openai_url, extra=("--retry-for", "2", "--concurrency", "4"))
     )
     try:
-        _until(lambda: len(rows(job)) >= 20 or proc.poll() is not None, 120)
+        wait_for(lambda: len(rows(job)) >= 20 or proc.poll() is not None, 120, "20 records")
         fault_server.stop()
         t_dead = time.monotonic()
         _, stderr = proc.communicate(timeout=120)
@@ -251,7 +251,7 @@ def test_a_signal_mid_job_cancels_flushes_and_a_resume_completes_once(
     fault_server.default = hang()
     proc = start(*batch_run(job, fault_server.openai_url, extra=("--concurrency", "16")))
     try:
-        _until(lambda: len(rows(job)) >= 30 or proc.poll() is not None, 120)
+        wait_for(lambda: len(rows(job)) >= 30 or proc.poll() is not None, 120, "30 records")
         assert proc.poll() is None, "the job ended although 170 records were held"
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=60)
@@ -293,7 +293,7 @@ def test_a_hang_up_stops_with_the_line_how_to_resume_and_nohup_keeps_running(job
 
     t0 = time.monotonic()
     proc = start(*argv, preexec_fn=hangup_stops)
-    _until(lambda: len(rows(job)) >= 30 or proc.poll() is not None, 120)
+    wait_for(lambda: len(rows(job)) >= 30 or proc.poll() is not None, 120, "30 records")
     assert proc.poll() is None, "the job ended although 170 records were held"
     proc.send_signal(signal.SIGHUP)
     code, _, stderr = finish(proc, t0, 120)
@@ -313,7 +313,7 @@ def test_a_hang_up_stops_with_the_line_how_to_resume_and_nohup_keeps_running(job
     fault_server.first(10, ok())  # then held again
     t0 = time.monotonic()
     proc = start(*argv, preexec_fn=ignore_hangup)
-    _until(lambda: len(rows(job)) >= 40 or proc.poll() is not None, 120)
+    wait_for(lambda: len(rows(job)) >= 40 or proc.poll() is not None, 120, "10 more records")
     assert proc.poll() is None, "the resume ended although 160 records were held"
     proc.send_signal(signal.SIGHUP)
     fault_server.release()  # the held records answer: the job can only finish if it went on

@@ -22,7 +22,7 @@ import pytest
 
 from sparkops.samples import sample_paths
 from tests.plugins import cli
-from tests.plugins.cli import batch_run, finish, sparkops
+from tests.plugins.cli import batch_run, finish, sparkops, wait_for
 from tests.plugins.fault_server import hang, ok, write_records
 
 pytestmark = pytest.mark.integration
@@ -39,13 +39,6 @@ def lines(path: Path) -> list[dict]:
 
 def events(job, kind: str) -> list[dict]:
     return [e for e in lines(job["out"] / "runs.jsonl") if e.get("event") == kind]
-
-
-def wait_for(check, limit: float, what: str) -> None:
-    t_end = time.monotonic() + limit
-    while not check():
-        assert time.monotonic() < t_end, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def assert_exactly_once(job, ids: list[str]) -> None:

@@ -102,3 +102,12 @@ def finish(proc: subprocess.Popen, started: float, limit: float) -> tuple[int, s
         raise AssertionError(f"job still running after {limit} s:\n{err[-3000:]}") from None
     assert_quiet(out, err)
     return proc.returncode, out, err
+
+
+def wait_for(check: Any, limit: float, what: str) -> None:
+    """Wait until `check()` holds, failing after `limit` seconds (a bound on a hang, not a
+    timing: the tests hold their job where they act on it)."""
+    t_end = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < t_end, f"timed out waiting for {what}"
+        time.sleep(0.05)
