@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import stat
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -388,26 +391,36 @@ def test_whole_run_records_per_min_survives_a_wall_clock_step(tmp_path, step):
     assert report["wall_s"] == pytest.approx(120.0)
 
 
-def test_the_run_measures_its_active_span_on_the_monotonic_clock(tmp_path):
-    """The writer side of the same: Fates stamps the last finish on the monotonic clock, while
-    `t` keeps the wall clock a person reads, stepped or not."""
+@contextlib.contextmanager
+def _fates_on_two_clocks(tmp_path) -> Iterator[tuple[Any, list[dict], dict[str, float]]]:
+    """Fates writing to a list, with the wall and monotonic clocks held in `clocks` (the test
+    moves each as it likes): (fates, written lines, clocks)."""
     from unittest import mock
 
-    from sparkops.batch.fate import Fates, RecordState, Stats
-    from sparkops.batch.records import Record
+    from sparkops.batch.fate import Fates, Stats
 
     written: list[dict] = []
     journal = mock.Mock(append=written.append, dir=tmp_path)
-    fates = Fates(journal, Stats(), 1)
-    wall, mono = [1000.0], [50.0]
+    clocks = {"wall": 1000.0, "mono": 50.0}
     with (
-        mock.patch("time.time", lambda: wall[0]),
-        mock.patch("time.monotonic", lambda: mono[0]),
+        mock.patch("time.time", lambda: clocks["wall"]),
+        mock.patch("time.monotonic", lambda: clocks["mono"]),
     ):
+        yield Fates(journal, Stats(), 1), written, clocks
+
+
+def test_the_run_measures_its_active_span_on_the_monotonic_clock(tmp_path):
+    """The writer side of the same: Fates stamps the last finish on the monotonic clock, while
+    `t` keeps the wall clock a person reads, stepped or not."""
+    from sparkops.batch.fate import RecordState
+    from sparkops.batch.records import Record
+
+    with _fates_on_two_clocks(tmp_path) as (fates, written, clocks):
         for i in range(3):
-            wall[0] += 3600.0 if i == 1 else 1.0  # a wall-clock step before the second record
-            mono[0] += 1.0
-            fates.done(RecordState(Record(f"r{i}", i + 1, {}), "a", started=wall[0]), "yes")
+            clocks["wall"] += 3600.0 if i == 1 else 1.0  # a wall-clock step before the second
+            clocks["mono"] += 1.0
+            record = RecordState(Record(f"r{i}", i + 1, {}), "a", started=clocks["wall"])
+            fates.done(record, "yes")
     assert fates.last_finish == 53.0
     assert [x["t"] for x in written] == [1001.0, 4601.0, 4602.0]
 
@@ -415,22 +428,13 @@ def test_the_run_measures_its_active_span_on_the_monotonic_clock(tmp_path):
 def test_record_latency_is_measured_on_the_monotonic_clock(tmp_path):
     """Issue 34 item 13, the latencies: a record in flight while the wall clock steps by an
     hour keeps its true latency (latency_s, monotonic), where t - t0 would read 3,602 s."""
-    from unittest import mock
-
-    from sparkops.batch.fate import Fates, RecordState, Stats
+    from sparkops.batch.fate import RecordState
     from sparkops.batch.records import Record
 
-    written: list[dict] = []
-    journal = mock.Mock(append=written.append, dir=tmp_path)
-    fates = Fates(journal, Stats(), 1)
-    wall, mono = [1000.0], [50.0]
-    with (
-        mock.patch("time.time", lambda: wall[0]),
-        mock.patch("time.monotonic", lambda: mono[0]),
-    ):
-        state = RecordState(Record("r1", 1, {}), "a", started=wall[0], began=mono[0])
-        wall[0] += 3600.0 + 2.0  # the clock steps while the record is in flight
-        mono[0] += 2.0
+    with _fates_on_two_clocks(tmp_path) as (fates, written, clocks):
+        state = RecordState(Record("r1", 1, {}), "a", started=clocks["wall"], began=clocks["mono"])
+        clocks["wall"] += 3600.0 + 2.0  # the clock steps while the record is in flight
+        clocks["mono"] += 2.0
         fates.done(state, "yes")
     (line,) = written
     assert line["t"] - line["t0"] == pytest.approx(3602.0)
