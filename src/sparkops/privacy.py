@@ -36,24 +36,35 @@ def private_env(*, offline: bool = True) -> dict[str, str]:
     return {**TELEMETRY_OFF, **dict.fromkeys(HUB_OFFLINE_KEYS, flag)}
 
 
-# A variable or key whose name says it holds a secret: left out of every record the kit
-# writes (the deploy's stack-record.json, a job's serving.jsonl).
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# A variable, key or query parameter whose name says it holds a secret: left out of every
+# record the kit writes (the deploy's stack-record.json, a job's serving.jsonl) and redacted
+# in every URL it prints. Two kinds of word: those that say "secret" wherever they stand in a
+# name (`api_key`, `X-Amz-Signature`, `client_secret`), and short ones that say it only as a
+# whole part of the name (`sig`, `auth`, `pass`, `jwt`, `code`: as bare substrings they are in
+# harmless names such as design, author, bypass or barcode).
+SECRET_WORDS = ("token", "key", "secret", "password", "passwd", "credential", "signature")
+SECRET_PARTS = frozenset({"sig", "auth", "authorization", "pass", "pwd", "jwt", "code"})
+SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
+# A name's parts: split at anything not a letter or digit, and where a lower case letter or a
+# digit meets an upper case one (`authCode` -> auth, Code).
+_NAME_PARTS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 
 
 def is_secret_name(name: str) -> bool:
-    """True when `name` says it holds a secret (token, key, password, credential...)."""
-    return SECRET_NAME.search(name) is not None
+    """True when `name` says it holds a secret: it contains one of SECRET_WORDS (token, key,
+    secret, password, signature...), or one of its parts is one of SECRET_PARTS (sig, auth,
+    pass, jwt, code...)."""
+    if SECRET_NAME.search(name) is not None:
+        return True
+    return any(part.lower() in SECRET_PARTS for part in _NAME_PARTS.split(name))
 
 
 # A URL's user information (`scheme://user:password@`): a password or a token some
 # deployments put in the endpoint URL. The kit uses it for its requests and never shows it.
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#'\"]*@")
-# A query parameter whose name says it holds a secret (`?api_key=...`, `&token=...`).
-_SECRET_QUERY = re.compile(
-    r"(?i)([?&][a-z0-9_.-]*(?:token|key|secret|password|passwd|credential)[a-z0-9_.-]*=)"
-    r"[^&#\s'\"]*"
-)
+# A query (or fragment) parameter: its name and its value. Redacted when `is_secret_name`
+# says the name holds a secret (`?api_key=...`, `&sig=...`, `#access_token=...`).
+_PARAMETER = re.compile(r"([?&;#])([^=?&;#\s'\"]*)=([^&;#\s'\"]*)")
 REDACTED = "***"
 
 
@@ -65,14 +76,23 @@ def has_credentials(url: str) -> bool:
 def redact(text: str) -> str:
     """`text` (a URL, or a message, a line or a file quoting URLs) with every URL's
     credentials replaced by ***: `http://user:pass@host/v1` -> `http://***@host/v1`,
-    `?api_key=abc` -> `?api_key=***`. The one redaction every file the kit writes about an
-    endpoint and every message it prints goes through; cheap when there is nothing to hide."""
+    `?api_key=abc` -> `?api_key=***` (and `sig=`, `auth=`, `code=`...: every parameter whose
+    name `is_secret_name`). The one redaction every file the kit writes about an endpoint and
+    every message it prints goes through; cheap when there is nothing to hide."""
     if "://" not in text:
         return text
     text = _USERINFO.sub(rf"\1{REDACTED}@", text)
     if "=" in text:
-        text = _SECRET_QUERY.sub(rf"\1{REDACTED}", text)
+        text = _PARAMETER.sub(_redact_parameter, text)
     return text
+
+
+def _redact_parameter(match: re.Match[str]) -> str:
+    """One `name=value` of a query or fragment, its value hidden when the name says secret."""
+    lead, name, value = match.groups()
+    if value and is_secret_name(name):
+        value = REDACTED
+    return f"{lead}{name}={value}"
 
 
 class RedactingStream:

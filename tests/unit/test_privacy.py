@@ -78,6 +78,49 @@ def test_redact_hides_every_credential_of_a_url(given, shown):
     assert privacy.redact(given) == (given if shown is None else shown)
 
 
+SECRET_QUERY_NAMES = (
+    "sig", "auth", "pass", "jwt", "code", "signature", "password", "secret", "access_token",
+    "key", "apikey", "X-Amz-Signature", "client_secret", "authCode", "AUTH", "id_token",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SECRET_QUERY_NAMES)
+def test_redact_hides_the_value_of_every_secret_query_name(name):
+    """Issue 37 item 7: `sig=`, `auth=`, `pass=`, `jwt=` and `code=` were printed in clear."""
+    url = f"http://h:8000/v1?model=m&{name}=s3cr3t-v4lue&n=2"
+    shown = privacy.redact(f"cannot reach {url} (ClientConnectorError)")
+    assert shown == f"cannot reach http://h:8000/v1?model=m&{name}=***&n=2 (ClientConnectorError)"
+    first = privacy.redact(f"https://h/v1?{name}=s3cr3t-v4lue")
+    assert first == f"https://h/v1?{name}=***"
+    assert privacy.is_secret_name(name)
+
+
+def test_a_secret_in_a_fragment_or_after_a_semicolon_is_hidden_too():
+    """OAuth's implicit flow puts the token in the fragment; some servers split on ';'."""
+    assert privacy.redact("https://h/cb#access_token=abc&state=1") == (
+        "https://h/cb#access_token=***&state=1"
+    )
+    assert privacy.redact("http://h/v1?a=1;sig=abc") == "http://h/v1?a=1;sig=***"
+
+
+@pytest.mark.parametrize(
+    "name", ["design", "author", "bypass", "barcode", "signal", "model", "n", "x", "page"]
+)
+def test_names_that_only_contain_a_short_secret_word_stay_visible(name):
+    """`sig`, `auth`, `pass` and `code` say "secret" only as a whole part of a name."""
+    url = f"http://h:8000/v1?{name}=visible"
+    assert privacy.redact(url) == url
+    assert not privacy.is_secret_name(name)
+
+
+def test_a_stack_record_key_named_by_a_short_secret_word_is_left_out():
+    """The same rule drops a hand-made stack record's `auth` or `jwt` (serving.jsonl)."""
+    from sparkops.batch.serving import without_secrets
+
+    record = {"profile": "p", "auth": "Bearer x", "router": {"jwt": "e.y.z", "host": "h"}}
+    assert without_secrets(record) == {"profile": "p", "router": {"host": "h"}}
+
+
 def test_redact_is_idempotent():
     once = privacy.redact("http://a:b@h:1 and http://c@h:2?token=x")
     assert once == "http://***@h:1 and http://***@h:2?token=***"
