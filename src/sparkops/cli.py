@@ -146,12 +146,28 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()  # here, so a closed pipe is caught below, not at exit
             sys.stderr = stderr
     except BrokenPipeError:
-        # The reader stopped (`| head`): nothing more can be said on stdout; point it at
-        # /dev/null so the interpreter's own flush at exit does not report the pipe again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return EXIT_BROKEN_PIPE
+        return _reader_gone()
+    except SystemExit as exit_:
+        if _ended_by_closed_pipe(exit_):
+            return _reader_gone()
+        raise
+
+
+def _ended_by_closed_pipe(exit_: SystemExit) -> bool:
+    """Whether a library ended the command because stdout's reader went away: rich's Console
+    answers a BrokenPipeError with SystemExit(1) (`Console.on_broken_pipe`), which a table
+    printed into `| head` met, so `plan throughput ... | head` exited 1 instead of 141.
+    Its mark is the pipe error being handled when the exit was raised."""
+    return isinstance(exit_.__context__, BrokenPipeError)
+
+
+def _reader_gone() -> int:
+    """The reader stopped (`| head`): nothing more can be said on stdout; point it at
+    /dev/null so the interpreter's own flush at exit does not report the pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def _run(argv: list[str] | None) -> int:
