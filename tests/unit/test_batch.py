@@ -29,6 +29,7 @@ SPEC = parse_pipeline(
     {
         "name": "t",
         "model": "m",
+        "constrain": False,  # the fault server answers free text ("Yes.")
         "steps": [
             {
                 "name": "a",
@@ -37,7 +38,7 @@ SPEC = parse_pipeline(
                 "parse": {"choices": ["yes", "no"]},
                 "next": {"yes": "b", "no": "stop", "unclear": "stop"},
             },
-            {"name": "b", "user": "{text}", "parse": {"choices": ["x"]}},
+            {"name": "b", "user": "{text}", "parse": {"choices": ["x", "y"]}},
         ],
     }
 )
@@ -101,7 +102,7 @@ def test_duplicate_ids_refused_before_any_request(tmp_path):
     p.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
     pipe = tmp_path / "p.yaml"
     pipe.write_text(
-        "name: t\nmodel: m\nsteps:\n  - name: a\n    user: '{text}'\n    parse: {choices: [yes]}\n"
+        "name: t\nmodel: m\nsteps:\n  - name: a\n    user: '{text}'\n    parse: {choices: [yes, no]}\n"
     )
     out = tmp_path / "job"
     with pytest.raises(UserError, match=r"duplicate id.*'a' \(line 2\)"):

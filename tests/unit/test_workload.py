@@ -28,7 +28,7 @@ SPEC = parse_pipeline(
                 "parse": {"choices": ["yes", "no"]},
                 "next": {"yes": "b", "no": "stop", "unclear": "stop"},
             },
-            {"name": "b", "user": "{text} {more}", "parse": {"choices": ["x"]}},
+            {"name": "b", "user": "{text} {more}", "parse": {"choices": ["x", "y"]}},
         ],
     }
 )
@@ -68,14 +68,14 @@ def test_a_pipeline_record_is_routed_through_its_steps_then_done(tmp_path, fates
     path, body = w.request(state, default_model="other")
     assert path == "/v1/chat/completions" and body["model"] == "m"
     assert body["messages"][-1] == {"role": "user", "content": "hi"}
-    assert w.answered(state, answer("Yes."), fates) == "b"
+    assert w.answered(state, answer("Yes"), fates) == "b"
     state.step = "b"
     assert w.request(state, None)[1]["messages"][-1]["content"] == "hi there"
     assert w.answered(state, answer("x", model="m2"), fates) is None
     (line,) = iter_json_lines(tmp_path / RESULTS)
     assert line["status"] == "done" and line["final"] == "x" and line["line"] == 3
     assert [(s["step"], s["answer"], s["raw"], s["model"]) for s in line["steps"]] == [
-        ("a", "yes", "Yes.", "m"),
+        ("a", "yes", "Yes", "m"),
         ("b", "x", "x", "m2"),
     ]
     assert line["steps"][0]["prompt_tokens"] == 7 and not (tmp_path / META).exists()

@@ -11,6 +11,11 @@ record that could not reach it. Otherwise it is an outage, and the job-level dea
 (batch/stop_rules.py) stops the job with the record unfinished. A call cancelled because its
 endpoint stalled is re-sent at once without counting as an attempt; one that stalled alone
 is retried, and ends the record on its third time.
+
+An answer the workload judges to be none (batch/workload.py: unfinished, or outside a
+constrained step's allowed set) is the server's failure like a 5xx. One outside the
+constraint is never the record's fault, whatever the check request says: at the deadline it
+stops the job (`Unheld`, batch/stop_rules.py) and the record stays unfinished.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from sparkops.batch.outcome import Answer, Kind, Outcome
+from sparkops.batch.outcome import Answer, Failure, Kind, Outcome
 from sparkops.batch.retry import backoff_delay
 
 if TYPE_CHECKING:
@@ -27,7 +32,7 @@ if TYPE_CHECKING:
     from sparkops.batch.checks import Checks
     from sparkops.batch.endpoints import EndpointPool
     from sparkops.batch.fate import Stats
-    from sparkops.batch.stop_rules import NoAnswer, Stop
+    from sparkops.batch.stop_rules import NoAnswer, Stop, Unheld
     from sparkops.batch.transport import Transport
 
 # A call that stalled alone (batch/checks.py) is the record's own failure after this many.
@@ -49,6 +54,7 @@ class Caller:
         stats: Stats,
         stop: Callable[[Stop], None],
         want_text: bool,
+        unheld: Unheld,
     ) -> None:
         self.transport = transport
         self.pool = pool
@@ -57,8 +63,15 @@ class Caller:
         self.stats = stats
         self.stop = stop
         self.want_text = want_text
+        self.unheld = unheld
 
-    async def send(self, path: str, payload: bytes, record_id: str) -> Outcome:
+    async def send(
+        self,
+        path: str,
+        payload: bytes,
+        record_id: str,
+        judge: Callable[[Answer], Failure | None] | None = None,
+    ) -> Outcome:
         """The outcome the record's step gets (see the module docstring)."""
         transport, want_text = self.transport, self.want_text
         pool, no_answer, stats = self.pool, self.no_answer, self.stats
@@ -70,6 +83,8 @@ class Caller:
             ep = pool.pick()
             outcome = await transport.attempt(ep, path, payload, want_text)
             now = pool.now()
+            if isinstance(outcome, Answer) and judge is not None:
+                outcome = self._judged(ep.base, outcome, judge)
             if isinstance(outcome, Answer) or (outcome.code and outcome.is_records_fault):
                 no_answer.answered(now)  # the server is there (a 400 is an answer too)
             if isinstance(outcome, Answer):
@@ -92,6 +107,13 @@ class Caller:
                 no_answer.failed(record_id, outcome)
                 if outcome.kind is not Kind.TIMEOUT:
                     pool.mark_down(ep)  # its calls go to the other endpoints for a while
+                if now >= deadline and outcome.kind is Kind.UNHELD:
+                    self.stop(
+                        self.unheld.stop(
+                            ep.base, f"a record's answers for {no_answer.retry_for:g} s"
+                        )
+                    )
+                    return outcome  # never the record's fault: it stays unfinished
                 if now >= deadline:
                     if no_answer.due(now):
                         self.stop(no_answer.stop())  # an outage: the record stays unfinished
@@ -107,3 +129,16 @@ class Caller:
             if outcome.retry_after is not None and outcome.retry_after > delay:
                 delay = outcome.retry_after
             await asyncio.sleep(delay)
+
+    def _judged(
+        self, endpoint: str, answer: Answer, judge: Callable[[Answer], Failure | None]
+    ) -> Answer | Failure:
+        """The answer, or the failure the workload says it is (an answer outside the
+        constraint is counted, and may stop the job: `Unheld`)."""
+        failure = judge(answer)
+        if failure is None:
+            self.unheld.held(endpoint)
+            return answer
+        if failure.kind is Kind.UNHELD and (stop := self.unheld.broke(endpoint, failure)):
+            self.stop(stop)
+        return failure

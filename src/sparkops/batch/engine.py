@@ -31,10 +31,17 @@ from sparkops.batch.checks import Checks
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.fate import Fates, RecordState, Stats
 from sparkops.batch.options import EngineSettings
-from sparkops.batch.outcome import Failure, Outcome, record_failure
+from sparkops.batch.outcome import Answer, Failure, Outcome, record_failure
 from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
 from sparkops.batch.records import InputProblem, Record
-from sparkops.batch.stop_rules import FailFast, NoAnswer, Stop, SuspendDetector, all_stalled
+from sparkops.batch.stop_rules import (
+    FailFast,
+    NoAnswer,
+    Stop,
+    SuspendDetector,
+    Unheld,
+    all_stalled,
+)
 from sparkops.batch.transport import Transport
 from sparkops.batch.workload import Finish, RecordError, Workload
 from sparkops.jobdir.journal import Journal
@@ -81,6 +88,9 @@ class Engine:
         self.fates = Fates(journal, self.stats, cfg.run)
         self.fail_fast = FailFast(cfg.fail_fast)
         self.no_answer = NoAnswer(cfg.retry_for, last_ok=pool.now())
+        # answers outside a constrained step's allowed set, per endpoint (the job sets the
+        # outlet of its warning)
+        self.unheld = Unheld()
         self.checks = Checks(
             pool,
             self.no_answer,
@@ -120,6 +130,7 @@ class Engine:
                 self.stats,
                 self.stop,
                 self.workload.want_text,
+                self.unheld,
             )
             await self._dispatch(items)
         self.journal.sync()
@@ -278,4 +289,9 @@ class Engine:
             return state, record_failure(f"line {state.record.line}: {err}")
         payload = json_codec.encode(body)
         assert self._caller is not None
-        return state, await self._caller.send(url_path, payload, state.record.id)
+        judge = self.workload.judge
+
+        def judged(answer: Answer) -> Failure | None:
+            return judge(state, answer)
+
+        return state, await self._caller.send(url_path, payload, state.record.id, judged)

@@ -275,6 +275,7 @@ async def _run_engine(
     )
     watch.attach(engine, view)
     engine.fates.truncation.on_warning = view.say  # answers cut off at max_tokens
+    engine.unheld.on_warning = view.say  # answers outside a step's constraint
 
     def on_stall_change(change: StallChange) -> None:  # job log + progress (batch/stall.py)
         job.log(stall.run_event(change, job.number, time.time()))
@@ -301,6 +302,8 @@ async def _run_engine(
             end.extra["stopped"] = engine.stop_reason.kind
         if engine.fates.last_finish is not None:
             end.extra["active_s"] = round(engine.fates.last_finish - run_started, 3)
+        if engine.unheld.counts:  # answers sent again: the constraint did not hold
+            end.extra["unheld"] = dict(engine.unheld.counts)
         job.log(end)
 
 

@@ -12,8 +12,11 @@ and record fate"):
 - The server's (`is_servers_fault`): the connection failed (`TRANSPORT`), no answer in time
   (`TIMEOUT`), a 5xx or 429 or another transient status, 401/403/404/407 (the endpoint's
   configuration: a wrong key or path answers every record alike), a 200 that carries no
-  answer text (`NO_TEXT`). Retried; they never end a record on their own, so an outage leaves
-  its records unfinished and a resume sends them again.
+  answer text (`NO_TEXT`), a 200 whose answer did not finish (`UNFINISHED`: finish_reason
+  `abort`, null or anything but `stop`/`length`), a constrained step's answer outside the
+  forms it was held to (`UNHELD`: the server or a router did not hold the constraint; the
+  workload judges it, batch/workload.py). Retried; they never end a record on their own, so
+  an outage leaves its records unfinished and a resume sends them again.
 - The record's (`is_records_fault`): the server refused this request (400, 413, 422 and any
   other 4xx or 501/505 that retrying cannot change), a 200 whose choice is malformed
   (`MALFORMED_ANSWER`), a request the kit cannot build from the record (`RECORD`), or calls
@@ -47,6 +50,8 @@ class Kind(enum.Enum):
     RECORD = "record"  # the request cannot be built from this record
     REROUTED = "rerouted"  # cancelled because its endpoint stalled: sent elsewhere, no attempt
     STALLED_ALONE = "stalled_alone"  # this record's call made no progress while others did
+    UNFINISHED = "unfinished"  # a 200 whose answer did not finish (finish_reason abort, null)
+    UNHELD = "unheld"  # a constrained step's answer outside its allowed set: not held
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +121,9 @@ class Failure:
 
 
 Outcome = Answer | Failure
-SERVER_KINDS = frozenset({Kind.TRANSPORT, Kind.TIMEOUT, Kind.NO_TEXT, Kind.REROUTED})
+SERVER_KINDS = frozenset(
+    {Kind.TRANSPORT, Kind.TIMEOUT, Kind.NO_TEXT, Kind.REROUTED, Kind.UNFINISHED, Kind.UNHELD}
+)
 
 REROUTED = Failure(Kind.REROUTED, "re-routed: its endpoint stalled")
 STALLED_ALONE = Failure(
@@ -130,6 +137,28 @@ def transport_failure(err: BaseException) -> Failure:
 
 
 TIMED_OUT = Failure(Kind.TIMEOUT, "timed out")
+
+# The finish reasons that mean the model finished its answer: at its end, or at max_tokens
+# (cut off: counted and warned, batch/truncation.py). Anything else (vLLM's "abort" when a
+# request is aborted mid-answer, null, a filter) is no answer at all.
+FINISHED = frozenset({"stop", "length"})
+
+
+def unfinished(reason: str | None) -> Failure:
+    """A 200 whose answer did not finish: the server's, retried like a 5xx."""
+    said = "no finish_reason" if reason is None else f"finish_reason {reason!r}"
+    return Failure(Kind.UNFINISHED, f"HTTP 200 with an unfinished answer ({said})", 200)
+
+
+def unheld(step: str, mode: str) -> Failure:
+    """A constrained step's answer that its constraint does not allow: the server's."""
+    allowed = "its choices" if mode == "choice" else "its JSON schema"
+    return Failure(
+        Kind.UNHELD,
+        f"step {step!r}: an answer outside {allowed} (the structured-output constraint did "
+        "not hold)",
+        200,
+    )
 
 
 def http_failure(

@@ -11,6 +11,12 @@ A stopped job leaves every unfinished record unfinished: running the same comman
   record failing alone (a prompt the server always answers 500) is not an outage: the job
   stops only when the server is unreachable or calls of two or more records fail.
 - `all_stalled`: every endpoint stalled (batch/stall.py); there is nowhere to send calls.
+- `Unheld`: a constrained step's answers came back outside what the step allows (the server
+  or a router did not hold the structured-output constraint). Such an answer is never a
+  decision: its call is sent again; the first from each endpoint is said once; an endpoint
+  whose answers break the constraint `in_a_row` times running (it lost its grammar back end,
+  or a router drops the field on every call), or a record whose calls break it until its
+  deadline, stops the job (resumable) naming the endpoint.
 - `SuspendDetector`: the engine's own watchdog ticks came late (SIGSTOP, a closed laptop
   lid, a host paused): that time is the client's, not the server's, and is discounted from
   every window above and from the stall watch's.
@@ -18,6 +24,7 @@ A stopped job leaves every unfinished record unfinished: running the same comman
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,7 +38,8 @@ class Stop:
 
     kind: "signal" (SIGINT/SIGTERM; `signum` set), "fail-fast" (the first calls all failed
     with one cause), "no-answer" (no endpoint answered for --retry-for seconds), "stalled"
-    (every endpoint stalled), "serving-changed" (--strict-serving saw an endpoint's identity
+    (every endpoint stalled), "unheld" (answers outside a constrained step's allowed set),
+    "serving-changed" (--strict-serving saw an endpoint's identity
     change, batch/serving.py) or "model-changed" (--strict-serving saw answers from a model
     other than the pipeline's).
     """
@@ -117,6 +125,51 @@ class NoAnswer:
             "no-answer",
             f"no endpoint has answered for {self.retry_for:g} s (last: {last}); start or fix "
             "the server, then run the same command again to resume",
+        )
+
+
+# An endpoint whose answers break the constraint this many times running has stopped holding
+# it (a router that drops the field for one call in ten does this once in 10^20 runs).
+UNHELD_IN_A_ROW = 20
+
+
+@dataclass
+class Unheld:
+    """Answers outside a constrained step's allowed set, per endpoint; see the module
+    docstring. `on_warning` gets the one line said for each endpoint's first."""
+
+    in_a_row: int = UNHELD_IN_A_ROW
+    on_warning: Callable[[str], None] | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+    running: Counter[str] = field(default_factory=Counter)
+
+    def held(self, endpoint: str) -> None:
+        """An answer that its step allows came from `endpoint`."""
+        self.running[endpoint] = 0
+
+    def broke(self, endpoint: str, failure: Failure) -> Stop | None:
+        """An answer outside its step's allowed set: the Stop it completes, if any."""
+        self.counts[endpoint] += 1
+        self.running[endpoint] += 1
+        if self.counts[endpoint] == 1 and self.on_warning is not None:
+            self.on_warning(
+                f"{endpoint} did not hold the structured-output constraint ("
+                f"{failure.cause}); such an answer is never taken as a decision: its call is "
+                "sent again, and the job stops if the endpoint keeps answering so"
+            )
+        if self.running[endpoint] >= self.in_a_row:
+            return self.stop(endpoint, f"{self.in_a_row} answers in a row")
+        return None
+
+    def stop(self, endpoint: str, how: str) -> Stop:
+        """The job's stop: `endpoint` no longer holds the constraint (for `how` long)."""
+        return Stop(
+            "unheld",
+            f"{endpoint} stopped holding the structured-output constraint ({how} were outside "
+            f"their step's allowed answers, {self.counts[endpoint]:,} in all); none of them was "
+            "taken as a decision and their records stay unfinished; serve the model with the "
+            "kit's vLLM (it reads `structured_outputs`) or fix the router that drops the field, "
+            "then run the same command again to resume",
         )
 
 

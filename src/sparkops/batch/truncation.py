@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkops.jobdir.lines import CUT_OFF
+from sparkops.jobdir.lines import cut_off
 
 # Warn once a step's answers are cut off this often ...
 WARN_SHARE = 0.1
@@ -47,7 +47,7 @@ class Truncation:
         for entry in steps:
             step = str(entry.get("step"))
             self.answers[step] += 1
-            if entry.get("finish_reason") != CUT_OFF:
+            if not cut_off(entry):
                 continue
             self.cut[step] += 1
             answers, cut = self.answers[step], self.cut[step]

@@ -50,6 +50,13 @@ RECORD_ERROR = "record"
 CUT_OFF = "length"
 
 
+def cut_off(entry: dict[str, Any]) -> bool:
+    """Whether a results line's step entry is an answer cut off at max_tokens: stopped there
+    and not marked `complete` (a held choice that is a whole allowed answer, which a budget
+    can end exactly at: batch/workload.py)."""
+    return entry.get("finish_reason") == CUT_OFF and entry.get("complete") is not True
+
+
 def record_key(rid: str | None, line: int) -> Key:
     """The key a record (or an id-less input line) is journalled under."""
     return rid if rid is not None else LineKey(line)
@@ -149,7 +156,7 @@ def _cut_steps(steps: Any) -> int:
     """How many steps of a results line were cut off at max_tokens (older lines: none)."""
     if not isinstance(steps, list):
         return 0
-    return sum(1 for s in steps if isinstance(s, dict) and s.get("finish_reason") == CUT_OFF)
+    return sum(1 for s in steps if isinstance(s, dict) and cut_off(s))
 
 
 @dataclass(slots=True)
@@ -267,11 +274,12 @@ class StepUsage:
     completion_tokens: int
     cached_tokens: int | None  # None: the server did not say (not the same as 0)
     finish_reason: str | None = None  # None: not said, or a line from an older client
+    complete: bool = False  # stopped at max_tokens, but a whole allowed answer (`cut_off`)
 
     @property
     def cut(self) -> bool:
         """The answer was cut off at the step's max_tokens."""
-        return self.finish_reason == CUT_OFF
+        return self.finish_reason == CUT_OFF and not self.complete
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> StepUsage:
@@ -283,6 +291,7 @@ class StepUsage:
             int(_number(obj.get("completion_tokens")) or 0),
             None if cached is None else int(cached),
             reason if isinstance(reason, str) else None,
+            obj.get("complete") is True,
         )
 
 

@@ -2,9 +2,12 @@
 
 A choice step (`parse: {choices: [...]}`) is constrained by default: its request carries vLLM's
 structured-output field `structured_outputs: {"choice": [...]}`, so the model can write only
-one of the choices (as written, or in lower, capitalised or upper case: the parser ignores case),
-and `max_tokens` (unless the step sets it) is the longest such answer's token count plus one
-(the end token). An extraction step (`extract:`) carries
+one of the choices (as written, or in lower, capitalised or upper case: pipeline/parse.py
+matches the answer whole against exactly those forms), and `max_tokens` (unless the step sets
+it) fits the longest such answer plus the end token, counted in bytes as well as in the
+tokenizer's tokens: a grammar may make the model spell a word in more tokens than the
+tokenizer's own split ("oui" as o-u-i: every answer of `[oui, non]` was cut off at a
+tokenizer-derived budget of 3). An extraction step (`extract:`) carries
 `structured_outputs: {"json": schema}` with whitespace off, and room for the longest answer the
 schema allows. `constrain: false` (on the pipeline or a step) sends the old free-text request.
 
@@ -13,7 +16,11 @@ were removed in 0.12.0); the kit serves vLLM 0.32 (versions.env). A server or ro
 not know the field may drop it silently, and then the constraint is not there at all: so
 before any record is sent, `check_servers` asks every endpoint once with a constraint that no
 free answer meets (one choice, a word the prompt does not ask for) and refuses the job with one
-line and the fix when the answer breaks it or the server rejects the field.
+line and the fix when the answer breaks it or the server rejects the field. A probe answered
+with no verdict (a 5xx, a timeout) is asked again; if it still cannot tell, the job says so
+and goes on, and every answer is checked against its step's allowed forms anyway
+(batch/workload.py): a server that stops holding the constraint after the probe is caught
+there, answer by answer.
 """
 
 from __future__ import annotations
@@ -21,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import aiohttp
 
 from sparkops.errors import UserError
 from sparkops.pipeline.extract import ExtractSpec
+from sparkops.pipeline.parse import allowed_answers as allowed_answers
 from sparkops.pipeline.spec import FREE_TEXT_MAX_TOKENS, PipelineSpec, StepSpec
 
 Mode = Literal["choice", "json", "off"]
@@ -66,19 +74,6 @@ def step_mode(spec: PipelineSpec, step: StepSpec) -> Mode:
 def modes(spec: PipelineSpec) -> dict[str, Mode]:
     """Every step's mode, in order: what the manifest and the serving record keep."""
     return {step.name: step_mode(spec, step) for step in spec.steps}
-
-
-def allowed_answers(choices: Sequence[str]) -> list[str]:
-    """The texts a constrained choice step may write: each choice as written, lower case,
-    capitalised and upper case. The parser reads them all as that choice (it ignores case),
-    and a prompt that says "Reply Yes or No" gets the words it asks for: held to lower case
-    only, SmolLM2 answered "yes" to every screen note (specificity 42.9% -> 0% on 40 notes),
-    its "No" masked away."""
-    seen: dict[str, None] = {}
-    for choice in choices:
-        for text in (choice, choice.lower(), choice.capitalize(), choice.upper()):
-            seen.setdefault(text, None)
-    return list(seen)
 
 
 def structured_outputs(spec: PipelineSpec, step: StepSpec) -> dict[str, Any] | None:
@@ -155,7 +150,8 @@ def max_tokens(spec: PipelineSpec, step: StepSpec, count: Callable[[str], int]) 
     if step.parse is not None:
         if step_mode(spec, step) == "off":
             return FREE_TEXT_MAX_TOKENS
-        return max(count(c) for c in allowed_answers(step.parse.choices)) + 1
+        forms = allowed_answers(step.parse.choices)
+        return max(max(count(form), byte_count(form)) for form in forms) + 1
     assert step.extract is not None
     bound = longest_instance(step.extract.answer_schema)
     if bound is None:  # refused by `check_spec` before a job runs
@@ -309,6 +305,24 @@ def _json_probe_ok(text: str, cut: bool) -> bool:
     return cut and _PROBE_OBJECT.startswith("".join(text.split()))
 
 
+# A probe whose answer cannot tell (a 5xx, a timeout, no text) is asked this often in all,
+# waiting PROBE_RETRY_S times the attempt between: one 503 must not switch the check off.
+PROBE_ATTEMPTS = 3
+PROBE_RETRY_S = 2.0
+
+
+def probe_tells(status: int, data: Any) -> bool:
+    """Whether a probe's answer can give a verdict: a refusal of the field, or an answer with
+    text (`probe_verdict` reads which)."""
+    if status in REJECTED:
+        return True
+    try:
+        text = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return False
+    return status == 200 and isinstance(text, str) and bool(text)
+
+
 async def probe(
     session: aiohttp.ClientSession,
     base: str,
@@ -317,31 +331,42 @@ async def probe(
     headers: dict[str, str],
     timeout: float = PROBE_TIMEOUT_S,
 ) -> str | None:
-    """Ask `base` once with a `mode` constraint; what is wrong (None: it held, or the server
-    gave no answer that can tell: see `probe_verdict`). No answer at all within `timeout`
-    (at least PROBE_TIMEOUT_S) is said as a warning, and the job's own rules meet it."""
+    """Ask `base` with a `mode` constraint; what is wrong (None: it held, or no answer could
+    tell in PROBE_ATTEMPTS tries: said as a warning, and every answer of the job is checked
+    against its allowed forms instead)."""
     timeout = max(timeout, PROBE_TIMEOUT_S)
-    try:
-        async with (
-            asyncio.timeout(timeout),
-            session.post(
-                base + "/v1/chat/completions", json=probe_body(model, mode), headers=headers
-            ) as resp,
-        ):
-            try:
-                data = await resp.json(content_type=None)
-            except (ValueError, UnicodeDecodeError):
-                data = None
-            return probe_verdict(mode, resp.status, data)
-    except (aiohttp.ClientError, OSError, TimeoutError) as err:
-        why = f"within {timeout:.0f} s" if isinstance(err, TimeoutError) else type(err).__name__
-        print(
-            f"sparkops: warning: {base} gave no answer to the structured-output probe ({why}), "
-            "so the constraint is not checked; answers that cannot be read take their step's "
-            "default route and are counted",
-            file=sys.stderr,
-        )
-        return None
+    why = "no answer"
+    for attempt in range(1, PROBE_ATTEMPTS + 1):
+        try:
+            async with (
+                asyncio.timeout(timeout),
+                session.post(
+                    base + "/v1/chat/completions", json=probe_body(model, mode), headers=headers
+                ) as resp,
+            ):
+                try:
+                    data = await resp.json(content_type=None)
+                except (ValueError, UnicodeDecodeError):
+                    data = None
+                if probe_tells(resp.status, data):
+                    return probe_verdict(mode, resp.status, data)
+                why = f"HTTP {resp.status}" if resp.status != 200 else "an answer without text"
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            why = (
+                f"no answer within {timeout:.0f} s"
+                if isinstance(err, TimeoutError)
+                else (type(err).__name__)
+            )
+        if attempt < PROBE_ATTEMPTS:
+            await asyncio.sleep(PROBE_RETRY_S * attempt)
+    print(
+        f"sparkops: warning: {base} gave no answer that tells whether it holds the "
+        f"structured-output constraint ({PROBE_ATTEMPTS} tries, last: {why}), so it was not "
+        "checked before the job; every answer is checked against its step's allowed answers "
+        "instead, and one outside them is sent again, never taken as a decision",
+        file=sys.stderr,
+    )
+    return None
 
 
 async def check_servers(

@@ -1,37 +1,103 @@
-"""Turn a model's free-text answer into one of the step's labels.
+"""Turn a model's answer into one of the step's labels: held answers whole, free text loosely.
 
-Models add punctuation, capitals, preambles ("Answer: Yes."), and the kit's tiny test
-model answers pure noise; so parsing is defensive and anything unrecognised maps to the
-step's `default` label rather than failing the record.
+Two readers, because the two kinds of answer prove different things:
+
+- A **constrained** step's answer (pipeline/constrain.py) can only be one of the forms the
+  kit allowed the server to write (each choice as written, lower, capitalised, upper case).
+  It is matched whole, with Unicode case folding ("STRASSE" is `straße`), against exactly those
+  forms. Anything else is proof the server did not hold the constraint (a router dropped the
+  field, a restarted server without its grammar back end): it is never read as a decision,
+  so "The answer is not yes." can never become `yes` (`read_held`).
+- A **free-text** step's answer (`constrain: false`) is read defensively: models add
+  punctuation, capitals and preambles ("Answer: Yes."). The answer's first words naming a
+  choice win, else the one choice it names; the longest choice wins where one choice is
+  part of another ("Not stroke" is `not stroke`, not `stroke`), and anything unclear maps to
+  the step's `default` rather than failing the record (`parse_label`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from sparkops.pipeline.spec import ParseSpec
 
-_WORD = re.compile(r"[a-z0-9_-]+")
+_WORD = re.compile(r"[\w-]+")
+
+
+def allowed_answers(choices: Sequence[str]) -> list[str]:
+    """The texts a constrained choice step may write: each choice as written, lower case,
+    capitalised and upper case. Both readers know them, and a prompt that says "Reply Yes or
+    No" gets the words it asks for: held to lower case only, SmolLM2 answered "yes" to every
+    screen note (specificity 42.9% -> 0% on 40 notes), its "No" masked away."""
+    seen: dict[str, None] = {}
+    for choice in choices:
+        for text in (choice, choice.lower(), choice.capitalize(), choice.upper()):
+            seen.setdefault(text, None)
+    return list(seen)
+
+
+def held_forms(choices: Sequence[str]) -> dict[str, str]:
+    """Each allowed form, case-folded, mapped back to its one choice (`ParseSpec` refuses
+    choices that fold to the same text, so no form maps to two)."""
+    return {form.casefold(): choice for choice in choices for form in allowed_answers([choice])}
+
+
+def read_held(text: str | None, spec: ParseSpec) -> str | None:
+    """The choice a constrained answer is, matched whole; None when the answer is none of the
+    allowed forms (the constraint did not hold: no decision)."""
+    if text is None:
+        return None
+    return held_forms(spec.choices).get(text.casefold())
+
+
+def cut_prefix(text: str, spec: ParseSpec) -> bool:
+    """Whether a held answer cut off at max_tokens may be the start of a longer choice
+    ("yes" of "yes, urgent"): then it is no decision, whichever choice it reads as."""
+    folded = text.casefold()
+    return any(form != folded and form.startswith(folded) for form in held_forms(spec.choices))
 
 
 def parse_answer(text: str | None, spec: ParseSpec) -> str:
-    """The label for `text`: its first word if a choice, else the one choice named, else default."""
+    """The label for a free-text answer (see `parse_label`)."""
     return parse_label(text, spec)[0]
 
 
 def parse_label(text: str | None, spec: ParseSpec) -> tuple[str, bool]:
-    """The label for `text`, and whether it was read from the answer (False: the answer
-    named no single choice, so the label is the default: counted as unparsed)."""
+    """The label for a free-text answer, and whether it was read from the answer (False: the
+    answer named no single choice, so the label is the default: counted as unparsed)."""
     if not text:
         return spec.default, False
-    stripped = text.strip()
-    if stripped in spec.choices:  # a constrained answer is exactly one choice
-        return stripped, True
-    words = _WORD.findall(text.lower())
-    lookup = {c.lower(): c for c in spec.choices}
-    if words and words[0] in lookup:
-        return lookup[words[0]], True
-    named = {lookup[w] for w in words if w in lookup}
+    held = read_held(text.strip(), spec)
+    if held is not None:
+        return held, True
+    words = _WORD.findall(text.casefold())
+    found = _mentions(words, spec.choices)
+    if not found:
+        return spec.default, False
+    first = [choice for start, _, choice in found if start == 0]
+    if first:
+        return first[0], True
+    named = {choice for _, _, choice in found}
     if len(named) == 1:
         return named.pop(), True
     return spec.default, False
+
+
+def _mentions(words: list[str], choices: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Where each choice's words occur in `words`, as (start, end, choice), the longest
+    first, without a mention that lies inside a longer one ("stroke" in "not stroke")."""
+    spans: list[tuple[int, int, str]] = []
+    for choice in choices:
+        want = _WORD.findall(choice.casefold())
+        if not want:
+            continue
+        for start in range(len(words) - len(want) + 1):
+            if words[start : start + len(want)] == want:
+                spans.append((start, start + len(want), choice))
+    spans.sort(key=lambda s: s[0] - s[1])  # longest first
+    kept: list[tuple[int, int, str]] = []
+    for start, end, choice in spans:
+        if not any(s <= start and end <= e for s, e, _ in kept):
+            kept.append((start, end, choice))
+    return kept

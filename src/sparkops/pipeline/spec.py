@@ -25,6 +25,9 @@ from sparkops.pipeline.extract import ExtractSpec, resolve_schema_file
 
 STOP = "stop"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# `{name}` in a system prompt: a record field the user meant to fill (JSON examples such as
+# `{"age": 5}` are not matched).
+_SYSTEM_FIELD = re.compile(r"(?<!\{)\{\s*[A-Za-z_][A-Za-z0-9_]*\s*\}(?!\})")
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -57,8 +60,20 @@ class ParseSpec(BaseModel):
     @field_validator("choices")
     @classmethod
     def _distinct(cls, v: list[str]) -> list[str]:
-        if len({c.lower() for c in v}) != len(v):
-            raise ValueError("choices must be distinct (case-insensitive)")
+        folded: dict[str, str] = {}
+        for choice in v:
+            if not choice.strip():
+                raise ValueError("a choice is empty; give every choice a word")
+            forms = {
+                f.casefold() for f in (choice, choice.lower(), choice.capitalize(), choice.upper())
+            }
+            others = {folded.setdefault(form, choice) for form in forms} - {choice}
+            other = others.pop() if others else choice
+            if other != choice or v.count(choice) > 1:
+                raise ValueError(
+                    f"choices {other!r} and {choice!r} are the same answer once case is "
+                    "ignored (the answer is matched without case); make them distinct"
+                )
         return v
 
     @property
@@ -117,6 +132,21 @@ class StepSpec(BaseModel):
         assert answer is not None
         return answer.default
 
+    @field_validator("system")
+    @classmethod
+    def _not_a_template(cls, v: str) -> str:
+        """A system prompt is sent as written, the same for every record (the shared prefix
+        the server's cache reuses): `{age}` in it would reach the model as the word "{age}"."""
+        field = _SYSTEM_FIELD.search(v)
+        if field is not None:
+            raise ValueError(
+                f"the system prompt has {field.group(0)}, which looks like a record field, but "
+                "a system prompt is not a template: it is sent as written to every record; "
+                f"put {field.group(0)} in the step's user template (or reword the system prompt "
+                "without braces around a single word)"
+            )
+        return v
+
     @field_validator("user")
     @classmethod
     def _simple_fields(cls, v: str) -> str:
@@ -171,6 +201,13 @@ class PipelineSpec(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"step names must be unique, got {names}")
         for step in self.steps:
+            if step.parse is not None and len(step.parse.choices) < 2 and self.constrained(step):
+                # held to one choice, every answer is that choice: a decision nobody made
+                raise ValueError(
+                    f"step {step.name!r} has one choice {step.parse.choices}, and its answer is "
+                    "held to its choices, so every record would answer it: add the other "
+                    "answer(s), e.g. [yes, no] (or set constrain: false on the step)"
+                )
             if step.next is None:
                 continue
             for label, target in step.next.items():
