@@ -9,6 +9,7 @@ neither borrows the other's HTTP code; the parsing of the Prometheus text is
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -16,13 +17,16 @@ from sparkops.errors import UserError
 from sparkops.metrics.scrape import info_labels, parse_metrics
 from sparkops.metrics.timeline import COUNTERS, GAUGES
 from sparkops.privacy import redact
+from sparkops.urls import api_url, server_root
 
 # Routes the kit appends to a base URL: an endpoint ending in one would get it twice.
 API_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/embeddings", "/metrics")
 
 
 def normalise_base(url: str) -> str:
-    """`http://h:8000/v1/` and `http://h:8000` both mean base `http://h:8000`.
+    """`http://h:8000/v1/` and `http://h:8000` both mean base `http://h:8000`; a query string
+    stays (`http://h:8000/v1?x=1` -> `http://h:8000?x=1`: `urls.api_url` keeps it at the end
+    of every route), a fragment is dropped (it is never sent).
 
     A URL without http:// or https:// (`localhost:8000`) is refused with the fix: sent as
     is, it fails as "cannot connect", which sends the user to start a server that is up. So is
@@ -34,13 +38,16 @@ def normalise_base(url: str) -> str:
     if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
         fix = f"http://{url}" if not sep and url else "http://HOST:8000"
         raise UserError(f"--endpoint {url!r} is not an http:// or https:// URL; write it as {fix}")
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
     for route in API_ROUTES:
-        if url.lower().endswith(route):
+        if path.lower().endswith(route):
+            base = urlunsplit(parts._replace(path=path[: -len(route)], fragment=""))
             raise UserError(
                 f"--endpoint {redact(url)} names an API route ({route}); the kit appends the "
-                f"routes itself: give the server's base URL, {redact(url[: -len(route)])}"
+                f"routes itself: give the server's base URL, {redact(base)}"
             )
-    return url[: -len("/v1")] if url.endswith("/v1") else url
+    return server_root(url)
 
 
 def metric_values(text: str) -> dict[str, float]:
@@ -104,7 +111,7 @@ async def tokenize(
     server): the prefix analysis is optional, so the caller degrades instead of crashing.
     """
     body = {"model": model, "messages": messages, "add_generation_prompt": True}
-    async with session.post(base + "/tokenize", json=body, headers=headers) as resp:
+    async with session.post(api_url(base, "/tokenize"), json=body, headers=headers) as resp:
         data = await _json(resp, "/tokenize")
         if resp.status != 200:
             raise AnswerError(f"/tokenize answered HTTP {resp.status}: {str(data)[:200]}")
@@ -120,7 +127,7 @@ async def served_models(
     session: aiohttp.ClientSession, base: str, headers: dict[str, str]
 ) -> list[str]:
     """Names of the served models; AnswerError when the answer is not an OpenAI model list."""
-    async with session.get(base + "/v1/models", headers=headers) as resp:
+    async with session.get(api_url(base, "/v1/models"), headers=headers) as resp:
         data = await _json(resp, "/v1/models")
         if resp.status != 200:
             hint = "; check --api-key-env" if resp.status in (401, 403) else ""

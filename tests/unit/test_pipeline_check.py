@@ -75,3 +75,39 @@ def test_a_format_spec_or_nested_field_in_a_template_is_one_line_exit_2(tmp_path
         assert line.startswith("sparkops: error: ") and "{text!r:>{id}}" in line
         assert "use {fieldname}" in line and "internal error" not in line
     assert not (tmp_path / "job").exists()
+
+
+CONSTRAINED = (
+    "name: q\nmodel: tiny\nsteps:\n  - name: s\n"
+    '    system: "You triage notes."\n    user: "Note: {text}"\n'
+    "    parse: {choices: [yes, no]}\n"
+)
+
+
+def test_a_query_string_stays_at_the_end_of_every_route(tmp_path: Path, fault_server) -> None:
+    """Issue 37 item 7: `--endpoint http://h:8000/v1?x=1` asked `...?x=1/metrics` (the
+    server's root, the route swallowed by the query) and refused a server that was up."""
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(CONSTRAINED)
+    endpoint = f"{fault_server.url}/v1?x=1"
+    proc = sparkops("pipeline", "check", str(pipeline), "--endpoint", endpoint, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["block_size"] == 16  # read from /metrics
+    assert fault_server.paths["/metrics"] == 1 and fault_server.paths["/v1/models"] == 1
+    assert fault_server.paths["/tokenize"] >= 3  # the three probe records
+    assert "?x=1/" not in proc.stdout + proc.stderr
+
+
+def test_a_query_endpoint_s_error_names_the_route_before_the_query(tmp_path: Path) -> None:
+    """Nothing listens: the message names the URL asked, the query after the route."""
+    from tests.plugins.fault_server import free_port
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(CONSTRAINED)
+    endpoint = f"http://127.0.0.1:{free_port()}/v1?x=1"
+    proc = sparkops("pipeline", "check", str(pipeline), "--endpoint", endpoint)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"sparkops: error: cannot read {endpoint.replace('/v1?', '/metrics?')}; start the "
+        "server or pass --block-size N"
+    )

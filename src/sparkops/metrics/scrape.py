@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkops.urls import api_url, server_root
+
 # Snapshot field -> metric family name as prometheus_client reports it. The parser strips the
 # `_total` suffix from counter families (`vllm:prompt_tokens_total` -> family
 # `vllm:prompt_tokens`, sample name keeps `_total`); both spellings are accepted below.
@@ -122,11 +124,10 @@ def parse_metrics(text: str) -> MetricsSnapshot:
 
 
 def fetch_metrics(base_url: str, timeout: float = 5.0) -> MetricsSnapshot:
-    """GET `<base_url>/metrics` (base_url without /v1) and parse it."""
-    url = base_url.rstrip("/")
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    with urllib.request.urlopen(f"{url}/metrics", timeout=timeout) as resp:
+    """GET `<base_url>/metrics` (a /v1 at the end of base_url dropped, its query string kept
+    at the end: sparkops.urls) and parse it."""
+    url = api_url(server_root(base_url), "/metrics")
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
         return parse_metrics(resp.read().decode("utf-8"))
 
 

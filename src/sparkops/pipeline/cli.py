@@ -29,6 +29,7 @@ from sparkops.openai_http import normalise_base
 from sparkops.pipeline import constrain
 from sparkops.pipeline.check import probe_steps, structure
 from sparkops.pipeline.spec import load_pipeline
+from sparkops.urls import api_url
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,15 +65,14 @@ async def check_pipeline(
     base = normalise_base(endpoint)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         if block_size is None:
-            text = await openai_http.get_text(session, base + "/metrics", {})
+            metrics = api_url(base, "/metrics")
+            text = await openai_http.get_text(session, metrics, {})
             if text is None:
-                raise UserError(
-                    f"cannot read {base}/metrics; start the server or pass --block-size N"
-                )
+                raise UserError(f"cannot read {metrics}; start the server or pass --block-size N")
             block_size = openai_http.block_size(text)
             if block_size is None:
                 raise UserError(
-                    f"{base}/metrics has no vllm:cache_config_info block_size; pass --block-size N"
+                    f"{metrics} has no vllm:cache_config_info block_size; pass --block-size N"
                 )
         try:
             served = await openai_http.served_models(session, base, {})
@@ -84,11 +84,12 @@ async def check_pipeline(
             steps = await probe_steps(session, base, spec.model, spec.steps, {}, block_size)
         except (aiohttp.ClientError, OSError) as err:
             raise UserError(
-                f"cannot reach {base}/tokenize ({type(err).__name__}); start the server"
+                f"cannot reach {api_url(base, '/tokenize')} ({type(err).__name__}); start the "
+                "server"
             ) from None
         except TimeoutError:
             raise UserError(
-                f"{base}/tokenize did not answer within 60 s; check the server's log"
+                f"{api_url(base, '/tokenize')} did not answer within 60 s; check the server's log"
             ) from None
         except openai_http.AnswerError as err:
             raise UserError(f"{base}: {err}; point --endpoint at a vLLM server") from None
