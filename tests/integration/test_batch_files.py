@@ -138,6 +138,11 @@ def test_full_disk_stops_with_one_line_and_the_job_resumes_once_there_is_room(
     job, fault_server, tmp_path
 ):
     ids = write_records(job["input"], 300)
+    # free text (a step held to its choices could not write it)
+    free = ONE_STEP.format(system="'Answer yes or no.'").replace(
+        "steps:", "constrain: false\nsteps:"
+    )
+    job["pipeline"].write_text(free)
     fault_server.content = "no " + "x" * 400  # ~0.5 KiB per results line: 64 KiB fills
     disk, copy = tmp_path / "disk", tmp_path / "copy"
     disk.mkdir()
@@ -194,12 +199,22 @@ def test_corrupt_manifest_is_one_line_with_the_fix_in_run_status_and_report(job,
     sent = sum(fault_server.requests.values())
     proc = run(job, fault_server)
     assert proc.returncode == 2
-    assert "delete" in one_error_line(proc) and "--restart" in proc.stderr
-    manifest.unlink()  # the fix the line names
+    assert "nothing shows" in one_error_line(proc) and "--restart" in proc.stderr
+    manifest.unlink()  # no manifest proves no more (issue 37 item 5): the same refusal
+    for args in (("batch", "status", str(job["out"])), ("report", str(job["out"]))):
+        proc = sparkops(*args)
+        assert proc.returncode == 2
+        assert "holds results of a job but no manifest.json" in one_error_line(proc)
     proc = run(job, fault_server)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2
+    assert "holds results of a job but no manifest.json" in one_error_line(proc)
     assert sum(fault_server.requests.values()) == sent and results(job["out"]) == Counter(ids)
+    proc = run(job, fault_server, "--restart")  # the fix the line names: old files kept
+    assert proc.returncode == 0, proc.stderr
+    assert sum(fault_server.requests.values()) == 2 * sent and results(job["out"]) == Counter(ids)
     assert json.loads(manifest.read_text())["total"] == 8
+    (backup,) = job["out"].glob("previous-*")
+    assert results(backup) == Counter(ids)
     (job["out"] / "prefix.json").write_bytes(b"")  # derived data: the report goes on
     proc = sparkops("report", str(job["out"]))
     assert proc.returncode == 0, proc.stderr

@@ -191,12 +191,13 @@ def test_unreadable_manifest_with_results_names_both_fixes(tmp_path):
     prepare_dir(job, manifest(), restart=False)
     (job / RESULTS).write_text('{"id":"a","status":"done"}\n')
     (job / MANIFEST).write_bytes(b"")
-    with pytest.raises(UserError, match=r"empty or corrupt.*delete .*manifest.json.*--restart"):
+    with pytest.raises(UserError, match=r"empty or corrupt.*--restart.*new --out DIR"):
         prepare_dir(job, manifest(), restart=False)
-    with pytest.raises(UserError, match=r"manifest.json is empty or corrupt; run .*again"):
+    with pytest.raises(UserError, match=r"manifest.json is empty or corrupt, so nothing shows"):
         load_manifest(job)
-    (job / MANIFEST).unlink()  # the fix the message names: the results are kept and resumed
-    assert prepare_dir(job, manifest(), restart=False) is True
+    (job / MANIFEST).unlink()  # no manifest at all proves no more (issue 37 item 5)
+    with pytest.raises(UserError, match=r"holds results of a job but no manifest.json"):
+        prepare_dir(job, manifest(), restart=False)
     assert (job / RESULTS).read_text().count("\n") == 1
 
 

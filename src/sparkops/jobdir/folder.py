@@ -186,8 +186,9 @@ def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
     no record has finished yet (nothing to mix: a fail-fast stop, then the fix); then the old
     files are moved to `previous-<time>/`, never deleted. An unreadable
     manifest (empty or truncated by an older version or a crash) is rewritten when the job
-    has no results yet; with results it cannot prove they belong to this experiment, so the
-    user is told how to proceed either way.
+    has no results yet; with results, or results and no manifest at all, nothing proves they
+    belong to this experiment: refused unless `restart` (issue 37 item 5: another pipeline's
+    answers were kept as this job's once its manifest was deleted).
     """
     ensure_job_dir(directory)
     job = JobDir(directory)
@@ -198,10 +199,10 @@ def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
         if not isinstance(old, dict):
             if not restart and job.has_results():
                 raise UserError(
-                    f"{path} is empty or corrupt, so it cannot show that the results in "
-                    f"{directory} come from this pipeline and input; if they do, delete "
-                    f"{path} and run the same command again to resume, otherwise pass "
-                    "--restart (old files kept under DIR/previous-<time>/)"
+                    f"{path} is empty or corrupt, so nothing shows that the results in "
+                    f"{directory} come from this pipeline and input; pass --restart to start "
+                    "over (the old files are kept under DIR/previous-<time>/), or use a new "
+                    "--out DIR"
                 )
             old = {} if restart else current
         changed = [k for k in _IDENTITY if not _same(k, old.get(k), current.get(k))]
@@ -221,10 +222,28 @@ def prepare_dir(directory: Path, manifest: Manifest, restart: bool) -> bool:
         # --restart, or nothing finished yet (a job stopped by fail-fast, then its pipeline or
         # --id-field fixed): nothing to mix, so the old files are set aside and the job starts
         set_aside(directory, JOB_FILES)
-    elif restart and job.results.exists():
-        raise UserError(f"{directory} has results but no manifest; use a new --out DIR")
+    elif orphaned(job):
+        if not restart:
+            raise UserError(no_manifest(directory))
+        set_aside(directory, JOB_FILES)
     write_json_atomic(path, current)
-    return job.results.exists()  # results kept without a manifest (its fix above) are resumed
+    return job.results.exists()
+
+
+def orphaned(job: JobDir) -> bool:
+    """Results or runs without a manifest: nothing shows which job they come from."""
+    return not job.manifest.exists() and (job.results.exists() or job.runs.exists())
+
+
+def no_manifest(directory: Path) -> str:
+    """The one line a folder with results but no manifest gets (`batch run`, `batch status`,
+    `report`): taken for this job, another pipeline's answers would be kept as its own."""
+    return (
+        f"{directory} holds results of a job but no {MANIFEST}, so nothing shows which "
+        "pipeline and input they come from (a resume could keep another job's answers as this "
+        "one's); use a new --out DIR, or pass --restart to the job's `sparkops batch run` to "
+        "start over (the old files are kept under DIR/previous-<time>/)"
+    )
 
 
 def _same(key: str, old: Any, new: Any) -> bool:
@@ -337,6 +356,8 @@ def load_manifest(directory: Path) -> Manifest:
     if not directory.exists():
         raise UserError(f"{directory} does not exist; give the --out folder of a sparkops job")
     if not path.exists():
+        if orphaned(JobDir(directory)):
+            raise UserError(no_manifest(directory))
         jobs = job_dirs_under(directory)
         if jobs:
             shown = ", ".join(str(j) for j in jobs[:JOBS_SHOWN])
@@ -363,6 +384,12 @@ def load_manifest(directory: Path) -> Manifest:
             first = err.errors()[0]
             where = ".".join(str(x) for x in first["loc"])
             problem = f"has a bad field {where!r} ({first['msg']})"
+    if JobDir(directory).has_results():
+        raise UserError(
+            f"{path} {problem}, so nothing shows which pipeline and input the results come "
+            "from; pass --restart to the job's `sparkops batch run` to start over (the old "
+            "files are kept under DIR/previous-<time>/), or use a new --out DIR"
+        )
     raise UserError(
         f"{path} {problem}; run the job's `sparkops batch run` command again "
         f"(after deleting {path}) to rewrite it, then retry"
