@@ -6,7 +6,15 @@ then per step of the pipeline, in order, its label (`<step>`), whether that labe
 from the answer (`<step>.parsed`: false means the answer could not be read and the step's
 default route was taken), and for an extraction step one column per field
 (`<step>.<field>`); `error` last. A step a record never reached is empty. Rebuilt from
-results.jsonl at the end of every `batch run`, so it always matches the journal.
+results.jsonl at the end of every `batch run`, so it always matches the journal: one row per
+record, from the line the journal counts (its first: jobdir/lines.read_results), so a line
+repeated by a crash between write and sync is not a second row.
+
+A text cell that a spreadsheet would read as a formula (it starts with `=`, `+`, `-`, `@`, a
+tab, a carriage return or a NUL: an id such as `=HYPERLINK(...)`, a model's answer) is written
+with a single quote in front, as OWASP's CSV-injection guidance says, so it shows as text.
+Numbers and booleans are written as they are (a negative number stays a number). Rows end in
+CRLF (RFC 4180), so a cell holding a carriage return or a line feed is quoted whole.
 
 Also here: how many answers could not be read, per step (what `batch run` says at the end).
 """
@@ -22,27 +30,21 @@ from pathlib import Path
 from typing import Any
 
 from sparkops.files import write_atomic
+from sparkops.jobdir import lines
 from sparkops.pipeline.spec import PipelineSpec
 
 TABLE = "results.csv"
+# The first characters that make a spreadsheet read a cell as a formula (OWASP, "CSV
+# Injection"; the NUL from OWASP ASVS 1.2.10), and what goes in front of them.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\0")
+TEXT_MARK = "'"
 
 
 def _lines(results: Path) -> Iterator[dict[str, Any]]:
-    """The complete JSON object lines of results.jsonl (a torn tail is skipped)."""
-    try:
-        handle = results.open("rb")
-    except FileNotFoundError:
-        return
-    with handle:
-        for raw in handle:
-            if not raw.endswith(b"\n"):
-                break
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                yield obj
+    """Each record's results line, once: the line the journal counts (its first), complete
+    JSON objects only (a torn tail or a damaged line is skipped, as every reader skips it)."""
+    for obj, _ in lines.read_results(results, lines.ResultsDamage()):
+        yield obj
 
 
 def columns(spec: PipelineSpec) -> list[str]:
@@ -60,9 +62,17 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return str(value)
+    return as_text(str(value))
+
+
+def as_text(text: str) -> str:
+    """`text` as a spreadsheet shows it: a single quote in front of one that starts like a
+    formula (FORMULA_STARTS), so `=HYPERLINK(...)` is shown, never run."""
+    return TEXT_MARK + text if text.startswith(FORMULA_STARTS) else text
 
 
 def row(obj: dict[str, Any], spec: PipelineSpec) -> dict[str, str]:
@@ -87,8 +97,12 @@ def write_table(directory: Path, spec: PipelineSpec) -> Path:
     """Write `DIR/results.csv` (0600, replaced atomically) from `DIR/results.jsonl`."""
     header = columns(spec)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=header, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
+    # rows end in CRLF (RFC 4180): the csv module quotes a cell holding any character of the
+    # line end, so a carriage return inside an id stays in its cell, where with "\n" alone a
+    # spreadsheet broke the row there (and could start the next one with `=`)
+    writer = csv.DictWriter(buffer, fieldnames=header, extrasaction="ignore", lineterminator="\r\n")
+    # the header is text too (a step or field name is the pipeline author's, cells the same)
+    writer.writerow({name: as_text(name) for name in header})
     for obj in _lines(directory / "results.jsonl"):
         writer.writerow(row(obj, spec))
     path = directory / TABLE
