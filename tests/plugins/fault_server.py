@@ -45,6 +45,7 @@ Actions (module functions returning an `Action`):
   `choice_not_object()`                200 with `choices: ["text"]`
   `no_message()`, `null_content()`, `tool_call()`, `error_beside_empty()` (`NO_TEXT`): a 200
                                        whose choice has no text
+  `unfinished(content, reason="abort")`  a 200 whose answer did not finish (abort, None)
   `raw(body: bytes, code=200, content_type="application/json")`  anything else
 
 `server.script("r3", status(503), status(503))` - the next requests for key r3 get these, in
@@ -53,7 +54,8 @@ action left (default: `ok()`). `server.first(n, action)` - the next n completion
 whatever their key, get `action` (before per-key scripts). `server.override("/tokenize",
 hang())` - a fixed action for a non-completion path (`/health`, `/v1/models`, `/tokenize`,
 `/metrics`); `override(path, None)` removes it. `server.content = "yes"` or a callable
-`(key, body) -> str` sets what `ok()` answers; `server.finish_reason = "length"` (default
+`(key, body) -> str` sets what `ok()` answers (`held_or_free(free)`: a model that writes free
+text unless its request holds it to choices); `server.finish_reason = "length"` (default
 "stop") says the model was cut off at max_tokens.
 
 `server.set_identity(model=..., max_model_len=..., version=..., block_size=...)` - what the
@@ -78,7 +80,8 @@ The kit's structured-output probe (pipeline/constrain.py: before the first recor
 constrained pipeline, once per endpoint and kind of constraint) is counted in `server.probes`,
 never in `requests`, and is answered as vLLM answers it: held to its constraint (the one
 choice, or the one JSON object its schema allows); `server.probe_action` scripts it instead
-(`ok("OK")`: a server that drops the field; `status(400, ...)`: one that rejects it). Record
+(`ok("OK")`: a server that drops the field; `status(400, ...)`: one that rejects it);
+`server.probe_first = [status(503)]` answers the next probes so, then as usual. Record
 calls are answered with their scripted content, constrained or not (a script is what the model
 wrote).
 
@@ -228,6 +231,27 @@ def error_beside_empty() -> Action:
 NO_TEXT = (no_message, null_content, tool_call, error_beside_empty)
 
 
+def unfinished(content: str | None, reason: str | None = "abort") -> Action:
+    """200 whose answer did not finish: vLLM's `abort` (a request aborted mid-answer), or
+    no finish_reason at all, with whatever text was written by then."""
+    message = {"role": "assistant", "content": content}
+    return _chat({"message": message, "finish_reason": reason})
+
+
+def held_or_free(free: str, held: Callable[[str], str] | None = None) -> Callable[..., str]:
+    """`server.content` for a model that writes `free` unless its request carries a choice
+    constraint; held, it writes `held(key)` (default: the first allowed choice), as vLLM
+    does. A router that drops the field (rewriting_proxy's drop_fields) gets the free text."""
+
+    def content(key: str, body: dict[str, Any]) -> str:
+        outputs = body.get("structured_outputs") or {}
+        if "choice" not in outputs:
+            return free
+        return held(key) if held is not None else outputs["choice"][0]
+
+    return content
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -360,6 +384,7 @@ class FaultServer(ThreadedServer):
         self.checks = 0
         self.probes = 0
         self.probe_action: Action | None = None
+        self.probe_first: list[Action] = []  # the next probes get these, then as usual
         self.check_action: Action | None = None
         self.in_flight = 0
         # like vLLM's --max-num-seqs: completion calls beyond it count as waiting on /metrics
@@ -605,8 +630,12 @@ class FaultServer(ThreadedServer):
     async def _probe(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         """The structured-output probe: held to its constraint unless `probe_action` says."""
         self.probes += 1
-        if self.probe_action is not None:
-            return await self._perform(request, self.probe_action, _CHECK_KEY, body)
+        with self._lock:
+            first = self.probe_first.pop(0) if self.probe_first else None
+        if first is not None or self.probe_action is not None:
+            action = first or self.probe_action
+            assert action is not None
+            return await self._perform(request, action, _CHECK_KEY, body)
         outputs = body.get("structured_outputs") or {}
         if "choice" in outputs:
             held: str | None = outputs["choice"][0]

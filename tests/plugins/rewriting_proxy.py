@@ -14,7 +14,10 @@ Fixture: `rewriting_proxy(upstream_url) -> RewritingProxy` (started; stopped aft
   forwarded (an outage that always comes mid-job). /v1/models, /metrics and the rest always
   pass through.
 - `proxy.drop_fields = ("structured_outputs",)`: request fields taken out of every completion
-  request before it is forwarded (a router that drops what it does not know).
+  request before it is forwarded (a router that drops what it does not know); with
+  `proxy.drop_after = N` only once N completion requests have arrived (a server
+  restarted mid-job without its grammar back end), with `proxy.drop_every = K` only from every
+  K-th request (a router that strips the field for some of its calls).
 - `proxy.url`, `proxy.openai_url`; `proxy.forwarded` counts completion requests forwarded.
 """
 
@@ -58,6 +61,10 @@ class RewritingProxy(ThreadedServer):
         self.status: int | None = None
         self.status_after = 0
         self.drop_fields: tuple[str, ...] = ()
+        self.drop_after = 0
+        self.drop_every = 1
+        self.arrived = 0  # completion requests received (drop_after and drop_every count them)
+        self.dropped = 0  # completion requests forwarded without the drop_fields
         self.forwarded = 0
         self._session: aiohttp.ClientSession | None = None
 
@@ -90,9 +97,12 @@ class RewritingProxy(ThreadedServer):
             return web.json_response(err, status=self.status)
         assert self._session is not None
         data = await request.read()
-        if completion and self.drop_fields:
+        if completion:
+            self.arrived += 1
+        if completion and self._drops():
             body = json.loads(data)
             data = json.dumps({k: v for k, v in body.items() if k not in self.drop_fields}).encode()
+            self.dropped += 1
         headers = {k: v for k, v in request.headers.items() if k.lower() in _PASS}
         async with self._session.request(
             request.method, self.upstream + request.path_qs, data=data, headers=headers
@@ -104,6 +114,12 @@ class RewritingProxy(ThreadedServer):
             if self.rewrite is not None and status == 200:
                 return web.json_response(self.rewrite(json.loads(raw)))
         return web.Response(body=raw, status=status, content_type=ctype)
+
+    def _drops(self) -> bool:
+        """Whether this completion request loses the drop_fields (see the module docstring)."""
+        if not self.drop_fields or self.arrived <= self.drop_after:
+            return False
+        return (self.arrived - self.drop_after) % self.drop_every == 0
 
 
 _PASS = {"content-type", "authorization", "connection"}
