@@ -33,6 +33,7 @@ ANSIBLE_ONLY = {
     "vllm_serving_model_download_timeout",
     "vllm_serving_base_lock",
     "vllm_serving_update_base",
+    "vllm_serving_restart_running_jobs",
     "vllm_serving_model_copy",
     "vllm_serving_model_copy_address",
     "vllm_serving_model_copy_port",
