@@ -13,7 +13,10 @@ Nothing is journalled for a cancelled call, so each record is still finished exa
 
 The pool's clock (`now`) is monotonic time less the seconds the client itself was suspended
 (`suspended`, found by the engine's watchdog): the stall windows and the job's deadlines
-measure the server, not a closed laptop lid.
+measure the server, not a closed laptop lid. A suspension the watchdog has not yet ticked
+through counts too (`watchdog_tick`): on SIGCONT, calls whose timeouts passed during the
+pause wake before the watchdog does, and their deadlines must not have passed with them (a
+3-minute pause with 1,000 in flight journalled 727 "gave up after 1 attempts": issue 37).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from sparkops.batch.outcome import REROUTED, STALLED_ALONE, Failure
 from sparkops.batch.stall import EndpointWatch, StallChange, StallWatch
 from sparkops.openai_http import normalise_base
 from sparkops.privacy import redact
+
+# A watchdog tick this much later than its period means the client was not running.
+SUSPEND_SLACK_S = 2.0
 
 
 @dataclass
@@ -68,12 +74,25 @@ class EndpointPool:
     on_change: Callable[[StallChange], None] | None = None
     rerouted: int = 0  # calls cancelled on a stalled endpoint and sent elsewhere
     suspended: float = 0.0  # seconds the client was not running (SIGSTOP, suspend)
+    # the engine watchdog's last tick (raw monotonic) and period: a tick this late is a
+    # suspension already, before the watchdog wakes to add it to `suspended`
+    watchdog_tick: float | None = None
+    watchdog_period: float = 1.0
     # cancelled calls -> the failure their attempt returns (re-routed, or stalled alone)
     _marked: dict[asyncio.Task, Failure] = field(default_factory=dict)
 
     def now(self) -> float:
         """Monotonic seconds the client has been running (see the module docstring)."""
-        return time.monotonic() - self.suspended
+        raw = time.monotonic()
+        return raw - self.suspended - self.unseen_suspension(raw)
+
+    def unseen_suspension(self, raw: float) -> float:
+        """Seconds of a suspension still under way or not yet ticked through (the same rule
+        the watchdog adds to `suspended` at its next tick, so the clock does not jump)."""
+        if self.watchdog_tick is None:
+            return 0.0
+        late = raw - self.watchdog_tick - self.watchdog_period
+        return late if late > SUSPEND_SLACK_S else 0.0
 
     @classmethod
     def from_urls(

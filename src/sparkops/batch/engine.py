@@ -224,10 +224,16 @@ class Engine:
         """
         period = min(1.0, max(0.05, self.cfg.retry_for / 20))
         suspend = SuspendDetector(period)
-        suspend.tick(time.monotonic())
+        self.pool.watchdog_period = period
+        self.pool.watchdog_tick = tick = time.monotonic()
+        suspend.tick(tick)
         while True:
             await asyncio.sleep(period)
-            self.pool.suspended += suspend.tick(time.monotonic())
+            tick = time.monotonic()
+            # one step, no await between: the pool's clock counts the gap as unseen until
+            # here, and as `suspended` from here (batch/endpoints.py)
+            self.pool.suspended += suspend.tick(tick)
+            self.pool.watchdog_tick = tick
             if self.pool.stalls is not None:
                 self.pool.check()
                 stop = all_stalled(self.pool)

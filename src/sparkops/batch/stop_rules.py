@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sparkops.batch.endpoints import EndpointPool
+from sparkops.batch.endpoints import SUSPEND_SLACK_S, EndpointPool
 from sparkops.batch.outcome import Failure
 
 
@@ -184,10 +184,6 @@ def all_stalled(pool: EndpointPool) -> Stop | None:
         f"nothing advanced for {pool.stalls.threshold:g} s (a hung engine; /health may still "
         "answer); restart the server, then run the same command again to resume",
     )
-
-
-# A watchdog tick this much later than its period means the client was not running.
-SUSPEND_SLACK_S = 2.0
 
 
 @dataclass
