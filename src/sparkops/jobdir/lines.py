@@ -24,6 +24,7 @@ Keys: a record is keyed by its id (a string); an input line without a readable i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,6 +276,7 @@ class StepUsage:
     cached_tokens: int | None  # None: the server did not say (not the same as 0)
     finish_reason: str | None = None  # None: not said, or a line from an older client
     complete: bool = False  # stopped at max_tokens, but a whole allowed answer (`cut_off`)
+    model: str | None = None  # the model the answer named (None: not said, an older line)
 
     @property
     def cut(self) -> bool:
@@ -283,16 +285,26 @@ class StepUsage:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> StepUsage:
-        cached = _number(obj.get("cached_tokens"))
+        cached = _count(obj.get("cached_tokens"))
         reason = obj.get("finish_reason")
+        model = obj.get("model")
         return cls(
             str(obj.get("step")),
-            int(_number(obj.get("prompt_tokens")) or 0),
-            int(_number(obj.get("completion_tokens")) or 0),
-            None if cached is None else int(cached),
+            _count(obj.get("prompt_tokens")) or 0,
+            _count(obj.get("completion_tokens")) or 0,
+            cached,
             reason if isinstance(reason, str) else None,
             obj.get("complete") is True,
+            model if isinstance(model, str) else None,
         )
+
+
+def _count(value: Any) -> int | None:
+    """A token count as written, None when absent or not a finite number (NaN and Infinity
+    are not JSON numbers; Python's reader lets them through). Negative counts are kept: the
+    report names them as figures that cannot be true, not as zero."""
+    number = _number(value)
+    return int(number) if number is not None and math.isfinite(number) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,17 +4,62 @@ Errors are told apart by kind (jobdir/lines.py): a record error is the record's 
 server refused that request; `batch run --retry-errors` sends it again once its cause is
 fixed); any other kind was recorded by an older client for a failure that was not the
 record's; `remaining` are records with no line yet (a resume sends them).
+
+Answers from another model than the pipeline's (a router's fallback, accepted without
+`--strict-serving`) are counted here too (`other_model_answers`), for `batch status` and the
+report alike: the job warns once on the terminal, and the folder must say it afterwards.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sparkops.jobdir import lines
 from sparkops.jobdir.durable import iter_json_lines
-from sparkops.jobdir.folder import JobDir, load_manifest, lock_holder
+from sparkops.jobdir.folder import SERVING, JobDir, load_manifest, lock_holder
+from sparkops.jobdir.serving_lines import OtherModel, ServingRecord, serving_lines
+
+
+@dataclass(frozen=True, slots=True)
+class OtherModelAnswers:
+    """Answers in the job's results that named `model`, not the pipeline's `expected`."""
+
+    model: str
+    expected: str
+    answers: int
+
+    def sentence(self) -> str:
+        """What `batch status` and report.md say about them."""
+        noun = "answer" if self.answers == 1 else "answers"
+        return (
+            f"{self.answers:,} {noun} came from model {self.model!r}, not the pipeline's "
+            f"{self.expected!r} (each step's `model` in results.jsonl says which)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "expected": self.expected, "answers": self.answers}
+
+
+def answer_models(timing: lines.Timing | None) -> Iterable[str]:
+    """The model each answer of a finished record named (answers that named none left out)."""
+    steps = () if timing is None else timing.steps
+    return (s.model for s in steps if s.model is not None)
+
+
+def other_model_answers(
+    models: Mapping[str, int], serving: Iterable[ServingRecord]
+) -> tuple[OtherModelAnswers, ...]:
+    """Per other model the job met (its serving.jsonl `other-model` lines: the pipeline's model
+    is recorded there, and nowhere else in the folder), how many of the counted answers named
+    it (`models`: answers per model). A model whose answers were not kept (`--strict-serving`
+    stopped the job) has none and is left out."""
+    pairs = dict.fromkeys((x.model, x.expected) for x in serving if isinstance(x, OtherModel))
+    found = (OtherModelAnswers(m, e, models.get(m, 0)) for m, e in pairs)
+    return tuple(x for x in found if x.answers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +77,8 @@ class JobStatus:
     truncated: int = 0
     # results lines that count no record (damaged, or repeating a finished record)
     damage: lines.ResultsDamage = field(default_factory=lines.ResultsDamage)
+    # answers from a model other than the pipeline's (kept without --strict-serving)
+    other_models: tuple[OtherModelAnswers, ...] = ()
 
     @property
     def errors(self) -> int:
@@ -49,7 +96,7 @@ class JobStatus:
     def empty_input(self) -> bool:
         return self.total == 0
 
-    def as_dict(self) -> dict[str, int | bool | None]:
+    def as_dict(self) -> dict[str, Any]:
         """`batch status --json`'s object (its keys in this order are a documented output)."""
         return {
             "total": self.total,
@@ -66,6 +113,7 @@ class JobStatus:
             "truncated": self.truncated,
             "damaged_lines": self.damage.damaged,
             "repeated_lines": self.damage.repeated,
+            "other_model_answers": [x.as_dict() for x in self.other_models],
         }
 
 
@@ -75,11 +123,13 @@ def job_status(directory: Path) -> JobStatus:
     job = JobDir(directory)
     done = record_errors = other_errors = truncated = 0
     damage = lines.ResultsDamage()
-    for _, result in lines.read_results(job.results, damage):
+    models: Counter[str] = Counter()
+    for obj, result in lines.read_results(job.results, damage):
         done += result.ok
         record_errors += result.record_error
         other_errors += not result.ok and not result.record_error
         truncated += result.cut > 0
+        models.update(answer_models(lines.read_finished(obj).timing))
     runs = 0
     last_start = None
     ended: set[int] = set()
@@ -99,6 +149,7 @@ def job_status(directory: Path) -> JobStatus:
         lock_holder(directory),
         truncated,
         damage,
+        other_model_answers(models, serving_lines(directory / SERVING)),
     )
 
 
@@ -125,6 +176,8 @@ def status_line(directory: Path, st: JobStatus) -> str:
             f"; {st.truncated} record(s) have an answer cut off at a step's max_tokens "
             '(finish_reason "length" in results.jsonl): raise that step\'s max_tokens'
         )
+    for other in st.other_models:
+        line += "; " + other.sentence()
     return line
 
 

@@ -17,6 +17,7 @@ from sparkops.jobdir import lines
 from sparkops.jobdir.durable import read_json_file
 from sparkops.jobdir.folder import META, RESULTS, RUNS, SERVING, TIMELINE, Manifest, load_manifest
 from sparkops.jobdir.serving_lines import ServingRecord, serving_lines
+from sparkops.jobdir.status import answer_models, other_model_answers
 from sparkops.metrics.bottleneck import Bottleneck, name_bottleneck
 from sparkops.metrics.timeline import (
     TimelineSample,
@@ -38,11 +39,19 @@ from sparkops.report.steps import (
     StepTotals,
     above_ceiling,
     diagnose,
+    impossible_usage_sentence,
     overall,
     short_prefix_note,
+    usage_possible,
 )
 
 PREFIX = "prefix.json"
+# A /metrics hit rate outside 0-100% (more hits than queries): counters that cannot be true.
+METRICS_HIT_NOTE = (
+    "Prefix cache: the servers' /metrics counted more cache hits than queries over the job, "
+    "figures that cannot be true, so no hit rate is reported from them (a proxy's or an "
+    "altered exporter's counters?); the per-step hit rates below come from the answers."
+)
 
 
 @dataclass
@@ -62,6 +71,10 @@ class Totals:
     # per step: answers, and answers cut off at max_tokens (finish_reason "length")
     answers: Counter[str] = field(default_factory=Counter)
     cut: Counter[str] = field(default_factory=Counter)
+    # answers whose usage figures cannot be true (steps.usage_possible): in no token figure
+    impossible: int = 0
+    # answers per model they named (the pipeline's and any other: jobdir/status.py)
+    models: Counter[str] = field(default_factory=Counter)
 
     def add(self, timing: lines.Timing) -> None:
         steps = timing.steps
@@ -75,9 +88,13 @@ class Totals:
             self.finish[timing.run].append(t)
             if timing.ok:
                 self.done_finish[timing.run].append(t)
+        self.models.update(answer_models(timing))
         for s in steps:
             self.answers[s.step] += 1
             self.cut[s.step] += s.cut
+            if not usage_possible(s.prompt_tokens, s.completion_tokens, s.cached_tokens):
+                self.impossible += 1
+                continue
             self.prompt += s.prompt_tokens
             self.cached += s.cached_tokens or 0
             self.completion += s.completion_tokens
@@ -194,6 +211,10 @@ def compute_report(data: JobData) -> dict[str, Any]:
     ceil = ceiling(probed) if probed else None
     kv = gauge_max(samples, "kv_cache_usage")
     job_hit = hit_rate(samples)
+    metrics_note = None
+    if job_hit is not None and not 0.0 <= job_hit <= 1.0:  # more hits than queries
+        job_hit, metrics_note = None, METRICS_HIT_NOTE
+    counted = totals.calls - totals.impossible  # calls whose token counts are summed
     # hit rate lost to cache pressure, where the ceiling says it (the KV cache is named the
     # bottleneck on that or on preemptions, not on how full it ran)
     pressure = None
@@ -218,11 +239,13 @@ def compute_report(data: JobData) -> dict[str, Any]:
         "bottleneck_sentence": neck.sentence if neck else None,
         "prefix_cache_hit_rate": _r(job_hit, 4),
         "prefix_cache_hit_rate_ceiling": _r(ceil, 4),
-        "prefix_cache_hit_rate_note": hit_rate_note(_r(job_hit, 4), _r(ceil, 4)),
+        "prefix_cache_hit_rate_note": metrics_note or hit_rate_note(_r(job_hit, 4), _r(ceil, 4)),
         "cached_tokens_share": _r(totals.cached / totals.prompt, 4) if totals.prompt else None,
-        "prompt_tokens_per_call": _r(totals.prompt / totals.calls) if totals.calls else None,
-        "completion_tokens_per_call": _r(totals.completion / totals.calls)
-        if totals.calls
+        "prompt_tokens_per_call": _r(totals.prompt / counted) if counted else None,
+        "completion_tokens_per_call": _r(totals.completion / counted) if counted else None,
+        "usage_impossible_answers": totals.impossible,
+        "usage_impossible_note": impossible_usage_sentence(totals.impossible)
+        if totals.impossible
         else None,
         "record_latency_p50_s": _r(percentile(totals.latencies, 50)),
         "record_latency_p95_s": _r(percentile(totals.latencies, 95)),
@@ -245,6 +268,10 @@ def compute_report(data: JobData) -> dict[str, Any]:
             step: {"cut": n, "answers": totals.answers[step]} for step, n in totals.cut.items() if n
         },
         "stalled_endpoints": [row.as_dict() for row in stalls.summarise(data.stall_events)],
+        # answers kept from a model other than the pipeline's (a fallback, no --strict-serving)
+        "other_model_answers": [
+            x.as_dict() for x in other_model_answers(totals.models, data.serving_lines)
+        ],
         "serving": report_serving.summarise(data.serving_lines, data.serving_epochs, data.samples),
     }
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkops.files import write_atomic, write_figure
+from sparkops.jobdir.status import OtherModelAnswers
 from sparkops.metrics.timeline import completion_rate_series, hit_rate_series, short_window_note
 from sparkops.report import serving as report_serving
 from sparkops.report import stalls
@@ -87,6 +88,13 @@ def _notes(report: dict[str, Any]) -> list[str]:
         notes.append(note)
     if report.get("results_lines_note"):
         notes.append(report["results_lines_note"])
+    if report.get("usage_impossible_note"):
+        notes.append(report["usage_impossible_note"])
+    notes += [
+        f"**{OtherModelAnswers(**x).sentence()}**: their decisions are that model's, not the "
+        "pipeline's."
+        for x in report.get("other_model_answers") or []
+    ]
     for step, n in (report.get("truncated_answers") or {}).items():
         notes.append(
             f"Step {step}: {n['cut']:,} of {n['answers']:,} answers were cut off at its "
