@@ -199,23 +199,42 @@ def test_cli_refuses_a_positive_label_no_decision_uses_against_gold(tmp_path):
     # a last step answering now/later, scored against yes/no gold: sensitivity would read 0%
     later = {str(i): "now" if i <= 3 else "later" for i in range(1, 11)}
     a = write_run(tmp_path / "a", rows_for(later))
-    b = write_run(tmp_path / "b", rows_for(later))
+    b = write_run(tmp_path / "b", rows_for(later)[::-1])
     gold = write_gold(tmp_path / "gold.csv", GOLD)
     done = run_cli("compare", str(a), str(b), "--gold", str(gold))
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr.strip() == (
+        "sparkops: error: gold label(s) no are not the step's labels, so each would count as "
+        "negative whatever it means: gold labels seen: no 5, yes 5 vs the step's labels "
+        "(decisions of either run, and --positive): later 14, now 6, yes 0 (--positive); map "
+        "each one explicitly, e.g. --gold-map no=LABEL (LABEL one of: later, now, yes; a label "
+        "the step has but neither run decided maps to itself), or write the gold file in the "
+        "step's labels"
+    )
+    # --positive alone was taken before, scoring every gold label (yes, no) as negative
+    positive_only = run_cli("compare", str(a), str(b), "--gold", str(gold), "--positive", "now")
+    assert positive_only.returncode == 2 and "gold label(s) no, yes are not" in positive_only.stderr
+    fixed = run_cli(
+        "compare", str(a), str(b), "--gold", str(gold), "--positive", "now",
+        "--gold-map", "yes=now,no=later", "--json",
+    )  # fmt: skip
+    assert fixed.returncode == 0 and "sparkops: warning" not in fixed.stderr, fixed
+    assert json.loads(fixed.stdout)["gold_a"]["accuracy"] == 0.8  # now on 1-3 of yes 1-5
+    # gold labels that are all an undecided positive label: still refused, as before
+    all_yes = write_gold(tmp_path / "yes.csv", {str(i): "yes" for i in range(1, 11)})
+    done = run_cli("compare", str(a), str(b), "--gold", str(all_yes))
+    assert done.returncode == 2 and done.stderr.strip() == (
         "sparkops: error: --positive yes matches no decision in either run (decisions: "
-        "later 14, now 6), and no decision is a gold label (no, yes): every record would "
+        "later 14, now 6), and no decision is a gold label (yes): every record would "
         "count as negative; pass --positive with the decision that means positive "
         "(repeatable), or gold labels in the pipeline's own labels"
-    )
-    fixed = run_cli("compare", str(a), str(b), "--gold", str(gold), "--positive", "now")
-    assert fixed.returncode == 0 and "sparkops: warning" not in fixed.stderr, fixed
+    ), done
 
 
 def test_cli_warns_when_no_decision_is_positive_but_labels_match_gold(tmp_path):
     a = write_run(tmp_path / "a", rows_for({str(i): "no" for i in range(1, 11)}))
-    b = write_run(tmp_path / "b", rows_for({str(i): "no" for i in range(1, 11)}))
+    # other order: a byte-for-byte copy of a would add the same-job warning
+    b = write_run(tmp_path / "b", rows_for({str(i): "no" for i in range(10, 0, -1)}))
     gold = write_gold(tmp_path / "gold.csv", GOLD)
     done = run_cli("compare", str(a), str(b), "--gold", str(gold), "--json")
     assert done.returncode == 0, done

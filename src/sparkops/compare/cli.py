@@ -10,9 +10,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sparkops.compare.runs import RunDecisions, load_gold, load_run
+from sparkops.compare.gold import (
+    apply_gold_map,
+    id_problem,
+    label_problem,
+    parse_gold_map,
+    step_labels,
+)
+from sparkops.compare.runs import RunDecisions, load_gold, load_run, same_job
 from sparkops.compare.serving import Setup, load_setup, setup_diff
-from sparkops.compare.stats import Comparison, compare_decisions, positive_problem
+from sparkops.compare.stats import (
+    Comparison,
+    baseline_text,
+    compare_decisions,
+    no_better_text,
+    positive_problem,
+)
 from sparkops.console import stdout_console
 from sparkops.errors import UserError
 
@@ -34,6 +47,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--gold-label-field", default="label", help="the gold file's column holding the true label"
     )
     parser.add_argument(
+        "--gold-map",
+        action="append",
+        metavar="GOLD=LABEL[,GOLD=LABEL]",
+        help="read a gold label as the step's label (repeatable or comma-separated, e.g. "
+        "TRUE=yes,FALSE=no); a gold label that is no decision of either run and no --positive "
+        "is refused without it (labels match exactly, up to case and surrounding spaces)",
+    )
+    parser.add_argument(
         "--positive",
         action="append",
         help="decision meaning positive (repeatable; default: yes); anything else, unclear "
@@ -47,25 +68,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     run_a, run_b = load_run(args.run_a), load_run(args.run_b)
-    gold = load_gold(args.gold, args.gold_id_field, args.gold_label_field) if args.gold else None
-    result = compare_decisions(
-        run_a.decisions, run_b.decisions, gold=gold, positive=args.positive or ["yes"]
-    )
-    if result.paired == 0:
+    positive = args.positive or ["yes"]
+    mapping = parse_gold_map(args.gold_map)
+    if mapping and not args.gold:
+        raise UserError("--gold-map reads gold labels: pass --gold labels.csv with it")
+    warnings = [w for w in (same_job(run_a, run_b),) if w]
+    if not run_a.decisions.keys() & run_b.decisions.keys():
         raise UserError(
             f"no record is decided in both runs ({run_a.path}: {len(run_a.decisions)} "
             f"decisions, {run_b.path}: {len(run_b.decisions)}), so there is nothing to "
             "compare; pass two runs over the same input whose records finished"
         )
+    gold = None
+    if args.gold:
+        gold = load_gold(args.gold, args.gold_id_field, args.gold_label_field)
+        gold, mapped = checked_gold(gold, args, run_a, run_b, positive, mapping)
+        warnings += mapped
+    result = compare_decisions(run_a.decisions, run_b.decisions, gold=gold, positive=positive)
     problem = positive_problem(result.labels, result.positive, gold is not None)
     if problem and problem[1]:
         raise UserError(problem[0])
     if problem:
-        print(f"sparkops: warning: {problem[0]}", file=sys.stderr)
+        warnings.append(problem[0])
+    for warning in warnings:
+        print(f"sparkops: warning: {warning}", file=sys.stderr)
     setups = (load_setup(args.run_a), load_setup(args.run_b))
     if args.json:
         out = result.as_dict()
-        out["warnings"] = [problem[0]] if problem else []
+        out["warnings"] = warnings
+        out["gold_map"] = mapping
         out["runs"] = {
             name: {"path": str(run.path), "errors": run.errors, "duplicates": run.duplicates}
             for name, run in (("a", run_a), ("b", run_b))
@@ -76,6 +107,28 @@ def run_compare(args: argparse.Namespace) -> int:
         console = stdout_console()
         print_comparison(result, run_a, run_b, args.show, console, setups)
     return 0
+
+
+def checked_gold(
+    gold: dict[str, str],
+    args: argparse.Namespace,
+    run_a: RunDecisions,
+    run_b: RunDecisions,
+    positive: list[str],
+    mapping: dict[str, str],
+) -> tuple[dict[str, str], list[str]]:
+    """The gold labels, mapped by --gold-map, once they can be scored: refused when no paired
+    record has one, or when a scored one is no step label and not mapped (compare/gold.py)."""
+    problem = id_problem(gold, args.gold, args.gold_id_field, run_a, run_b)
+    if problem:
+        raise UserError(problem)
+    paired = run_a.decisions.keys() & run_b.decisions.keys()
+    scored = {rid: label for rid, label in gold.items() if rid in paired}
+    decided = step_labels(run_a, run_b)
+    problem = label_problem(scored, decided, positive, mapping)
+    if problem:
+        raise UserError(problem)
+    return apply_gold_map(gold, mapping, decided, positive)
 
 
 def serving_json(a: Setup | None, b: Setup | None) -> dict[str, object]:
@@ -179,12 +232,14 @@ def print_comparison(
 
     if result.gold_a and result.gold_b and result.mcnemar_correct:
         table = Table(title=f"Against gold labels ({result.gold_paired} records)")
-        for column in ("run", "accuracy", "sensitivity", "specificity", "TP", "FP", "TN", "FN"):
+        columns = ("run", "accuracy", "majority-class baseline", "sensitivity", "specificity")
+        for column in (*columns, "TP", "FP", "TN", "FN"):
             table.add_column(column, justify="right")
         for name, conf in (("A", result.gold_a), ("B", result.gold_b)):
             table.add_row(
                 name,
                 _pct(conf.accuracy),
+                f"{_pct(conf.baseline)} (always '{conf.majority}')",
                 _pct(conf.sensitivity),
                 _pct(conf.specificity),
                 str(conf.tp),
@@ -193,6 +248,14 @@ def print_comparison(
                 str(conf.fn),
             )
         console.print(table)
+        for name, conf in (("A", result.gold_a), ("B", result.gold_b)):
+            verdict = no_better_text(conf)
+            if verdict:
+                console.print(
+                    f"Run {name}: accuracy {_pct(conf.accuracy)} ({baseline_text(conf)}): "
+                    f"{verdict}.",
+                    soft_wrap=True,
+                )
         test = result.mcnemar_correct
         console.print(
             f"McNemar on correctness: only A right {test.b}, only B right {test.c}; exact "

@@ -9,6 +9,7 @@ itself would repair it; a bad line elsewhere is refused with its line number.
 from __future__ import annotations
 
 import csv
+import filecmp
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,23 @@ def load_run(run: Path) -> RunDecisions:
             duplicates += 1
         decisions[key] = result.final
     return RunDecisions(path=path, decisions=decisions, errors=errors, duplicates=duplicates)
+
+
+def same_job(run_a: RunDecisions, run_b: RunDecisions) -> str | None:
+    """Why the two runs are one job (None when they are two): the same results file (one
+    folder twice, or a folder and its results.jsonl) or a byte-for-byte copy of it. Warned,
+    not refused: agreement is 100% by construction, but the gold figures are still that one
+    run's, which is a use (scoring one run); saying nothing let it read as a validation."""
+    if run_a.path.samefile(run_b.path):
+        what = f"the same job ({run_a.path})"
+    elif filecmp.cmp(run_a.path, run_b.path, shallow=False):
+        what = f"one job's results byte for byte ({run_a.path}, {run_b.path}: a copy?)"
+    else:
+        return None
+    return (
+        f"run A and run B are {what}: agreement is 100% by construction and says nothing "
+        "about run-to-run noise; compare two runs of the same input to measure it"
+    )
 
 
 def load_gold(path: Path, id_field: str = "id", label_field: str = "label") -> dict[str, str]:

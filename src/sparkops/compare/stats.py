@@ -5,7 +5,10 @@ Decisions are strings (a pipeline's `final`); a decision is positive when it is 
 `positive` labels, anything else (including "unclear") counts as negative. Only records
 present in both runs are paired; gold metrics use records present in both runs and the gold.
 `label_counts` says how each label was counted (every label its own row, "unclear" included),
-and `positive_problem` whether the positive labels can be right at all.
+and `positive_problem` whether the positive labels can be right at all. Each `Confusion` also
+carries its majority-class baseline (what one constant answer scores over the same records):
+`baseline_text` and `no_better_text` are the words `compare` and the demo print beside an
+accuracy.
 
 Why not scipy/statsmodels/scikit-learn: each formula is a few lines on integer counts
 (math.comb is exact for any n), and the libraries would add 113 MB installed (scipy) to
@@ -40,13 +43,36 @@ class McNemar:
 
 @dataclass(frozen=True)
 class Confusion:
-    """One run's decisions against gold labels."""
+    """One run's decisions against gold labels, and the majority-class baseline over the same
+    records: what answering `majority` (the commonest gold label of the larger gold class) to
+    every record scores. An accuracy means little without it: a model answering "no" to 296 of
+    300 notes scored 69.0%, exactly what "no" to every note scores (207 of 300 gold labels)."""
 
     n: int
     tp: int
     fp: int
     tn: int
     fn: int
+    majority: str = ""
+
+    @property
+    def correct(self) -> int:
+        return self.tp + self.tn
+
+    @property
+    def baseline_correct(self) -> int:
+        """Records a constant answer of the larger gold class gets right (the same scoring as
+        the run's: positive against not positive)."""
+        return max(self.tp + self.fn, self.tn + self.fp)
+
+    @property
+    def baseline(self) -> float | None:
+        return self.baseline_correct / self.n if self.n else None
+
+    @property
+    def beats_baseline(self) -> bool:
+        """Counted in whole records, so a tie is a tie (never a float's rounding)."""
+        return self.correct > self.baseline_correct
 
     @property
     def accuracy(self) -> float | None:
@@ -68,6 +94,12 @@ class Confusion:
             "accuracy": self.accuracy,
             "sensitivity": self.sensitivity,
             "specificity": self.specificity,
+            "baseline": {
+                "accuracy": self.baseline,
+                "answer": self.majority,
+                "correct": self.baseline_correct,
+            },
+            "better_than_baseline": self.beats_baseline,
         }
 
 
@@ -218,9 +250,12 @@ def cohen_kappa(pairs: list[tuple[str, str]]) -> float | None:
 
 
 def confusion(decisions: Iterable[tuple[str, str]], positive: frozenset[str]) -> Confusion:
-    """Confusion counts for (decision, gold) pairs, both reduced to positive/negative."""
+    """Confusion counts for (decision, gold) pairs, both reduced to positive/negative, and the
+    gold label a majority-class baseline would answer."""
     tp = fp = tn = fn = 0
+    golds: Counter[str] = Counter()
     for decision, gold in decisions:
+        golds[gold] += 1
         predicted, actual = decision in positive, gold in positive
         if predicted and actual:
             tp += 1
@@ -230,12 +265,44 @@ def confusion(decisions: Iterable[tuple[str, str]], positive: frozenset[str]) ->
             fn += 1
         else:
             tn += 1
-    return Confusion(n=tp + fp + tn + fn, tp=tp, fp=fp, tn=tn, fn=fn)
+    return Confusion(
+        n=tp + fp + tn + fn, tp=tp, fp=fp, tn=tn, fn=fn, majority=majority(golds, positive)
+    )
+
+
+def majority(golds: Mapping[str, int], positive: frozenset[str]) -> str:
+    """The constant answer that scores the baseline: the commonest gold label of the larger
+    class (positive or not; a tie goes to the negative class, the cautious answer), ties
+    between labels broken alphabetically so the sentence is the same on every run."""
+    pos = sum(n for label, n in golds.items() if label in positive)
+    neg = sum(golds.values()) - pos
+    in_class = [(label, n) for label, n in golds.items() if (label in positive) == (pos > neg)]
+    if not in_class:
+        return ""
+    return min(in_class, key=lambda item: (-item[1], item[0]))[0]
+
+
+def baseline_text(conf: Confusion) -> str:
+    """The baseline beside an accuracy: "majority-class baseline 69.0%: always 'no'"."""
+    if conf.baseline is None:
+        return "majority-class baseline n/a: no record has a gold label"
+    return f"majority-class baseline {conf.baseline:.1%}: always '{conf.majority}'"
+
+
+def no_better_text(conf: Confusion, noun: str = "record") -> str | None:
+    """The plain sentence for a run no better than its baseline (None when it is better)."""
+    if conf.beats_baseline or not conf.n:
+        return None
+    return f"no better than answering '{conf.majority}' to every {noun}"
 
 
 def normalise(label: str) -> str:
-    """Decisions and gold labels compare case- and whitespace-insensitively."""
-    return label.strip().lower()
+    """Decisions and gold labels compare after Unicode case folding and trimming, nothing
+    more (no boolean, prefix or synonym rule: compare/gold.py refuses a gold label that is no
+    step label). Case is safe to fold: a pipeline refuses choices that differ only by case and
+    its parser ignores case, so case never tells two of a step's labels apart; casefold, not
+    lower, so STRASSE is straße, as the kit's own allowed forms write it."""
+    return label.strip().casefold()
 
 
 def against_gold(

@@ -6,7 +6,8 @@ pipeline over 300 synthetic notes; on the real model its demo variant, whose ste
 ~1,130-token reference, so the prefix cache has whole blocks to reuse) through the batch
 client, and prints its report: records/min, token rates, prefix-cache hit rate against its
 ceiling, then what the model decided: the decisions, how many records stopped after the first
-call, and the agreement with the notes' gold labels (sensitivity, specificity)."""
+call, and the agreement with the notes' gold labels (sensitivity, specificity, accuracy beside the
+majority-class baseline, and whether the model did better than it)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def print_decisions(out: Path, console: Console) -> None:
     calls per record, and accuracy against the sample's gold labels (the same reader and
     statistics as `sparkops compare`)."""
     from sparkops.compare.runs import load_gold, load_run
-    from sparkops.compare.stats import against_gold
+    from sparkops.compare.stats import against_gold, baseline_text, no_better_text
     from sparkops.samples import GOLD
 
     decisions = load_run(out).decisions
@@ -91,10 +92,12 @@ def print_decisions(out: Path, console: Console) -> None:
     mix = ", ".join(f"{n} call(s): {calls[n]} records" for n in sorted(calls))
     console.print(f"Step mix: {mix}", soft_wrap=True)
     conf = against_gold(decisions, load_gold(GOLD))
+    verdict = no_better_text(conf, "note")
     console.print(
         f"Against the sample's gold labels ({conf.n} records; positive = yes, call the stroke "
         f"team): sensitivity {_pct(conf.sensitivity)}, specificity {_pct(conf.specificity)}, "
-        f"accuracy {_pct(conf.accuracy)}",
+        f"accuracy {_pct(conf.accuracy)} ({baseline_text(conf)})"
+        + (f": {verdict}" if verdict else ""),
         soft_wrap=True,
     )
 
