@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
 from sparkops.errors import UserError
-from sparkops.plan import cli
+from sparkops.plan import bounds, cli
 
 
 def run(argv: list[str]) -> int:
@@ -18,15 +19,23 @@ def run(argv: list[str]) -> int:
     return args.func(args)
 
 
-@pytest.mark.parametrize(("text", "value"), [("0.887", 0.887), ("88.7", 0.887), ("88.7%", 0.887)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0.887", 0.887), ("88.7", 0.887), ("88.7%", 0.887), ("0.00887", 0.00887), ("0%", 0.0),
+     ("1", 1.0), ("1%", 0.01), ("100%", 1.0)],
+)  # fmt: skip
 def test_hit_rate_forms(text, value):
-    assert cli.parse_hit_rate(text) == pytest.approx(value)
+    assert bounds.rate("--hit-rate", text, "hit rate") == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["abc", "120", "-5%"])
-def test_bad_hit_rate(text):
-    with pytest.raises(argparse.ArgumentTypeError):
-        cli.parse_hit_rate(text)
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("abc", "is not a hit rate"), ("120", "is above 100%"), ("-5%", "is not a hit rate"),
+     ("nan", "is not a hit rate"), ("0.887%", "did you mean 88.7%?")],
+)  # fmt: skip
+def test_bad_hit_rate(text, why):
+    with pytest.raises(UserError, match=f"^--hit-rate .*{re.escape(why)}"):
+        bounds.rate("--hit-rate", text, "hit rate")
 
 
 def test_throughput_json(capsys):

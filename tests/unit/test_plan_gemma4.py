@@ -121,5 +121,5 @@ def test_engine_flags_must_be_positive(flag, value, capsys):
     argv = ["plan", "memory", "--config", str(FIXTURES), "--kv-cache-gib", "1", flag, value]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert f"{flag} must be a positive number of tokens (got {value})" in err
+    assert f"sparkops: error: {flag} {value} is below 1: give 1 token or more" in err
     assert "Traceback" not in err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from sparkops.cli import command_family
 from sparkops.console import stdout_console
 from sparkops.errors import UserError
 from sparkops.metrics.bottleneck import label as bottleneck_label
-from sparkops.plan import calibrate
+from sparkops.plan import bounds, calibrate
 from sparkops.plan.decode import BANDWIDTH_GB_S
 from sparkops.plan.guard_command import register_guard
 from sparkops.plan.memory_command import run_decode, run_memory
@@ -70,7 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     retired(tp, "--prompt-tokens", "--prompt-tokens-per-record (or -per-call)")
     retired(tp, "--gen-tokens", "--gen-tokens-per-record (or -per-call)")
     tp.add_argument(
-        "--hit-rate", type=parse_hit_rate, help="prefix-cache hit rate: 0.887, 88.7 or 88.7%%"
+        "--hit-rate",
+        help="prefix-cache hit rate: 0.887, 88.7 or 88.7%% (a percent under 1%% is refused: "
+        "0.887%% is almost always 88.7%%; write a rate that low as a fraction, 0.00887)",
     )
     calibrate = tp.add_mutually_exclusive_group()
     calibrate.add_argument(
@@ -132,8 +135,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     shared.add_argument(
         "--shared",
-        type=parse_hit_rate,
-        default=0.0,
+        default="0",
         help="share of each prompt that is a shared opening: 0.9, 90 or 90%% (default 0)",
     )
     shared.add_argument(
@@ -228,8 +230,8 @@ def tokens_per_record(
     on a measured run; and how the per-call figures were multiplied, for the output."""
     calls = args.calls_per_record
     per_call = (args.prompt_tokens_per_call, args.gen_tokens_per_call)
-    if calls is not None and calls < 1:
-        raise UserError(f"--calls-per-record {calls:g} is below 1: every record makes a call")
+    if calls is not None and not 1 <= calls < math.inf:
+        raise UserError(f"--calls-per-record {calls:g} is not 1 or more: every record makes a call")
     if calls is None and any(v is not None for v in per_call):
         raise UserError(
             "per-call tokens need --calls-per-record N (the average calls a record makes; "
@@ -285,23 +287,27 @@ def add_model_source(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_hit_rate(text: str) -> float:
-    """0.887, 88.7 and 88.7% all mean 88.7%; a bare number above 1 is read as a percent."""
-    raw = text.strip()
-    try:
-        value = float(raw.rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a hit rate: use 0.887 or 88.7%"
-        ) from None
-    if raw.endswith("%") or value > 1.0:
-        value /= 100.0
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"hit rate {text!r} is outside 0..100%")
-    return value
+def check_throughput_options(args: argparse.Namespace) -> float | None:
+    """Refuse figures no job can have before anything is read or computed (plan/bounds.py);
+    the hit rate as a fraction (None: not given)."""
+    bounds.positive(
+        "--computed-tok-s",
+        args.computed_tok_s,
+        "give the prompt+generation tok/s the server computes at full load (e.g. from a sweep)",
+    )
+    for flag in ("prompt-tokens-per-record", "prompt-tokens-per-call"):
+        bounds.at_least(f"--{flag}", getattr(args, flag.replace("-", "_")), 0, "tokens")
+    for flag in ("gen-tokens-per-record", "gen-tokens-per-call"):
+        bounds.at_least(f"--{flag}", getattr(args, flag.replace("-", "_")), 1, "token")
+    bounds.at_least("--records", args.records, 1, "record")
+    bounds.at_least("--points", args.points, 0, "points")
+    if args.hit_rate is None:
+        return None
+    return bounds.rate("--hit-rate", args.hit_rate, "hit rate")
 
 
 def run_throughput(args: argparse.Namespace) -> int:
+    hit_rate = check_throughput_options(args)
     calibration = target = None
     if args.from_sweep is not None:
         calibration = calibrate.from_sweep(args.from_sweep, args.level)
@@ -344,7 +350,7 @@ def run_throughput(args: argparse.Namespace) -> int:
         computed_tok_s=computed,
         prompt_tokens=prompt,
         gen_tokens=gen,
-        hit_rate=pick(args.hit_rate, shape.hit_rate if shape else None, "--hit-rate"),
+        hit_rate=pick(hit_rate, shape.hit_rate if shape else None, "--hit-rate"),
         records=args.records,
         table_points=args.points,
     )

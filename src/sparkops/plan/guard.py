@@ -293,6 +293,7 @@ def check_launch(
         pool = int(settings.total_gb * GB)
     else:
         pool = int(GB10_TOTAL_GB * GB) if wsl else facts.mem_total_bytes
+    refuse_impossible(profile, settings, pool, wsl)
     reserve = int((settings.windows_share_gb if wsl else settings.os_reserve_gb) * GB)
     others = facts.others()
     other_bytes = sum(p.used_bytes or 0 for p in others)
@@ -367,6 +368,49 @@ def check_launch(
             "memory; memory-guard.sh checks it when the new one starts)"
         )
     return replace(verdict, message=message)
+
+
+def _setting(name: str) -> str:
+    """A guard setting as the user gave it: `plan guard`'s option and the inventory's name."""
+    return f"--{name.replace('_', '-')}, vllm_serving_memory_{name}"
+
+
+def refuse_impossible(profile: Profile, settings: GuardSettings, pool: int, wsl: bool) -> None:
+    """Settings no host can have, refused before the sum: a GB10 larger than 128 GB, or a
+    figure kept back from the launch (the Windows share, the OS reserve, the margin) as large
+    as the whole host. Summed, they read as a launch that does not fit, and the guard's fix
+    ("use smaller (quantised) weights") sent the user after the wrong thing."""
+    if profile.platform == "gb10" and settings.total_gb and settings.total_gb > GB10_TOTAL_GB:
+        raise UserError(
+            f"the host's memory {settings.total_gb:,.6g} GB ({_setting('total_gb')}) is more "
+            f"than a GB10 has ({GB10_TOTAL_GB:g} GB; an RTX Spark 64 or 128): give its decimal "
+            "GB, 128 or 64" + ("; did you give MB?" if settings.total_gb >= 1000 else "")
+        )
+    host = f"the host's {pool / GB:,.6g} GB"
+    kept = [
+        ("Windows share", "windows_share_gb", "what Windows and WSL2's Linux keep, ~32 GB on "
+         "a 128 GB RTX Spark whose GPU has 96 GB") if wsl else
+        ("OS reserve", "os_reserve_gb", "what the OS and its services keep, ~12 GB"),
+        ("margin", "margin_gb", "what must stay free after the launch, ~4 GB"),
+        ("activations allowance", "activations_gb", "activations and CUDA graphs, ~10 GB"),
+    ]  # fmt: skip
+    if wsl:
+        kept.append(("Linux side's minimum", "wsl_linux_gb", "WSL2's MemAvailable, ~8 GB"))
+    for label, name, meaning in kept:
+        value = getattr(settings, name)
+        if value is not None and value * GB >= pool:
+            raise UserError(
+                f"the {label} {value:,.6g} GB ({_setting(name)}) is not less than {host}: it is "
+                f"{meaning}; give decimal GB, well under the host's memory"
+                + ("; did you give MB?" if value >= 1000 else "")
+            )
+    label, name, _meaning = kept[0]
+    reserve = getattr(settings, name)
+    if (reserve + settings.margin_gb) * GB >= pool:
+        raise UserError(
+            f"the {label} {reserve:g} GB and the margin {settings.margin_gb:g} GB leave nothing "
+            f"of {host} for vLLM: lower them ({_setting(name)}; {_setting('margin_gb')})"
+        )
 
 
 def profiles_that_fit(
@@ -444,9 +488,11 @@ def _message(
             "or give WSL more memory in .wslconfig"
         )
     if largest <= 0:
+        kept = next(label for label in verdict.need if label in ("Windows share", "OS reserve"))
         fix = (
             "the weights and activations alone leave no room for a KV cache: use smaller "
-            "(quantised) weights, or free memory"
+            f"(quantised) weights, or free memory (check the {kept} of "
+            f"{_gb(verdict.need[kept])} too)"
         )
     elif need.kv_bytes is None:
         fix = (

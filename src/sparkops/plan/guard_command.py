@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sparkops.console import stdout_console
 from sparkops.errors import UserError
+from sparkops.plan import bounds
 from sparkops.plan.guard import (
     GuardSettings,
     HostKind,
@@ -116,9 +117,25 @@ def _read(path: Path, what: str) -> str:
         raise UserError(f"cannot read {what} {path} ({err.strerror}): pass --meminfo") from None
 
 
+def check_guard_options(args: argparse.Namespace) -> None:
+    """Refuse figures no host can have before anything is read (plan/bounds.py); those
+    beyond the host's own memory are refused by guard.refuse_impossible, for the deploy too."""
+    bounds.machine_gb("--total-gb", args.total_gb, bounds.LARGEST_HOST_GB, "one host")
+    for name in (
+        "os_reserve_gb",
+        "windows_share_gb",
+        "activations_gb",
+        "margin_gb",
+        "wsl_linux_gb",
+    ):
+        bounds.at_least(f"--{name.replace('_', '-')}", getattr(args, name), 0, "GB")
+    bounds.at_least("--seqs", args.seqs, 1, "sequence")
+
+
 def run_guard(args: argparse.Namespace) -> int:
     from sparkops.profiles import available_profiles, load_profile
 
+    check_guard_options(args)
     profile = load_profile(args.profile)
     osrelease = ""
     if args.host_kind == "auto":

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from sparkops.errors import UserError
+from sparkops.plan import bounds
 from sparkops.plan.decode import BANDWIDTH_GB_S, decode_ceiling, parse_levels
 from sparkops.plan.memory import GB, GIB, dtype_bytes, plan_memory
 from sparkops.plan.prefix import CallMix, plan_shared_prefix
@@ -17,7 +18,47 @@ from sparkops.plan.sources import load_config, model_source, show, weights_gb_be
 from sparkops.plan.tables import print_decode, print_memory, print_shared_prefix
 
 
+def planned_machine(args: argparse.Namespace) -> tuple[str, float]:
+    """The machine a memory or decode plan is for, and its memory in GB: a GB10 for a GB10
+    profile (or `plan decode --machine`), else any one host (plan/bounds.py)."""
+    machine = getattr(args, "machine", None)
+    if machine is not None and args.bandwidth_gb_s is None:
+        return bounds.MACHINE_NAMES[machine], bounds.MACHINE_MEMORY_GB[machine]
+    if args.profile is not None:
+        from sparkops.profiles import load_profile
+
+        if load_profile(args.profile).platform == "gb10":
+            return bounds.MACHINE_NAMES["gb10"], bounds.MACHINE_MEMORY_GB["gb10"]
+    return "one host", bounds.LARGEST_HOST_GB
+
+
+def check_memory_options(args: argparse.Namespace) -> float:
+    """Refuse figures no plan can describe before the model is read (plan/bounds.py); the
+    shared share as a fraction."""
+    machine, most_gb = planned_machine(args)
+    bounds.machine_gb("--memory-gb", args.memory_gb, most_gb, machine)
+    if args.weights_gb is not None:
+        bounds.at_least("--weights-gb", args.weights_gb, 0, "GB")
+        # a model's whole weights may be larger than one machine (pipeline parallel)
+        bounds.machine_gb(
+            "--weights-gb", args.weights_gb or None, bounds.LARGEST_HOST_GB, "one host"
+        )
+    bounds.positive("--kv-cache-gib", args.kv_cache_gib, "give the KV cache's size in GiB")
+    for flag, value, low, unit in (
+        ("--seqs", args.seqs, 1, "sequence"),
+        ("--context", args.context, 1, "token"),
+        ("--prompt-tokens-per-call", args.prompt_tokens, 1, "token"),
+        ("--gen-tokens-per-call", args.output_tokens, 0, "tokens"),
+        ("--prefixes", args.prefixes, 1, "prefix"),
+        ("--block-size", args.block_size, 1, "token"),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens, 1, "token"),
+    ):
+        bounds.at_least(flag, value, low, unit)
+    return bounds.rate("--shared", args.shared, "shared share")
+
+
 def run_memory(args: argparse.Namespace) -> int:
+    shared_fraction = check_memory_options(args)
     if args.profile is None and args.prompt_tokens is None and args.kv_cache_gib is None:
         config, folder = load_config(args.config)
         weights = args.weights_gb if args.weights_gb is not None else weights_gb_beside(folder)
@@ -30,22 +71,29 @@ def run_memory(args: argparse.Namespace) -> int:
             context=args.context,
         )
         return show(plan, print_memory, as_json=args.json)
-    for flag, value in (
-        ("--block-size", args.block_size),
-        ("--max-num-batched-tokens", args.max_num_batched_tokens),
-    ):
-        if value is not None and value < 1:
-            raise UserError(f"{flag} must be a positive number of tokens (got {value})")
     shape, kv_dtype, kv_bytes = model_source(args)
+    weights = shape.weights_gb or 0.0
     if args.kv_cache_gib is not None:
         kv_bytes = int(args.kv_cache_gib * GIB)
-    if kv_bytes is None:
-        weights = shape.weights_gb or 0.0
+        bounds.kv_cache_fits(
+            kv_bytes, weights, args.memory_gb, f"--kv-cache-gib {args.kv_cache_gib:g}"
+        )
+    elif kv_bytes is not None:
+        bounds.kv_cache_fits(
+            kv_bytes, weights, args.memory_gb, f"profile {args.profile}'s KV cache"
+        )
+    elif weights >= args.memory_gb:
+        raise UserError(
+            f"the weights ({weights:g} GB) leave no room for a KV cache in the "
+            f"{args.memory_gb:g} GB vLLM gets: give --kv-cache-gib, --memory-gb of the machine, "
+            "or smaller (quantised) weights"
+        )
+    else:
         kv_bytes = int((args.memory_gb - weights) * GB)
     calls = CallMix(
         seqs=args.seqs,
-        prompt_tokens=args.prompt_tokens or args.context,
-        shared_fraction=args.shared,
+        prompt_tokens=args.context if args.prompt_tokens is None else args.prompt_tokens,
+        shared_fraction=shared_fraction,
         output_tokens=args.output_tokens,
         prefixes=args.prefixes,
     )
@@ -107,6 +155,13 @@ def _print_with_layout(both: _WithLayout, console: Console) -> None:
 
 
 def run_decode(args: argparse.Namespace) -> int:
+    machine, most_gb = planned_machine(args)
+    if args.bandwidth_gb_s is not None:
+        bounds.bandwidth(args.bandwidth_gb_s)
+    if args.weights_gb is not None:
+        bounds.at_least("--weights-gb", args.weights_gb, 0, "GB")
+        bounds.machine_gb("--weights-gb", args.weights_gb or None, most_gb, machine)
+    bounds.at_least("--context", args.context, 1, "token")
     shape, kv_dtype, _ = model_source(args)
     ceiling = decode_ceiling(
         shape,
