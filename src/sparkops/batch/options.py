@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
@@ -44,6 +45,7 @@ from pydantic.fields import FieldInfo
 from sparkops.batch.connections import CONNECT_GAP_S, RECYCLE_EVERY
 from sparkops.batch.policy import DEFAULT_POLICY, POLICIES
 from sparkops.errors import UserError
+from sparkops.openai_http import normalise_base
 from sparkops.privacy import has_credentials, redact
 
 
@@ -276,6 +278,38 @@ class JobConfig(EngineSettings):
         return self
 
     @model_validator(mode="after")
+    def _distinct_endpoints(self) -> JobConfig:
+        """The same server given twice (`--endpoint URL --endpoint URL/`, or `.../v1` beside
+        the base) would count as two endpoints: twice the calls sent to one server, a stall
+        seen twice, and a report about two servers that are one. Refused, naming it."""
+        seen: dict[str, str] = {}
+        for url in self.endpoints:
+            key = _endpoint_key(url)
+            if key is None:
+                continue  # not a URL: refused with its own fix before any request (job.py)
+            if key in seen:
+                raise ValueError(
+                    f"--endpoint {redact(url)} is given twice (also as {redact(seen[key])}); "
+                    "give each server once (the kit spreads calls over distinct endpoints)"
+                )
+            seen[key] = url
+        return self
+
+    @model_validator(mode="after")
+    def _key_env_is_a_name(self) -> JobConfig:
+        """--api-key-env takes a variable's name; given the key itself, the key used to come
+        back in the error line ("environment variable sk-... is empty or unset"), and so in
+        the journal. Refused without echoing the value (before the rule below names it)."""
+        if self.api_key_env is not None and not _plausible_env_name(self.api_key_env):
+            raise ValueError(
+                "--api-key-env takes the NAME of an environment variable that holds the key, "
+                "not the key itself (the value given is not shown); export the key in a "
+                "variable and pass its name: export SPARKOPS_API_KEY=...; --api-key-env "
+                "SPARKOPS_API_KEY"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _one_authorization(self) -> JobConfig:
         """A URL's user:password is sent as basic auth, --api-key-env as a bearer key: both
         are the request's one Authorization header, so aiohttp refuses every call."""
@@ -291,6 +325,31 @@ class JobConfig(EngineSettings):
     def engine(self) -> EngineSettings:
         """The engine's view of this job's settings (the same values, frozen)."""
         return EngineSettings(**{name: getattr(self, name) for name in EngineSettings.model_fields})
+
+
+def _endpoint_key(url: str) -> str | None:
+    """The server `url` names, as a comparable key (scheme and host in lower case, a trailing
+    slash and /v1 dropped); None when it is not an http(s) URL."""
+    try:
+        base = normalise_base(url)
+    except UserError:
+        return None
+    parts = urlsplit(base)
+    return parts._replace(scheme=parts.scheme.lower(), netloc=parts.netloc.lower()).geturl()
+
+
+# An environment variable's name as shells write it, and what a key looks like instead:
+# a provider's prefix (sk-..., hf_...), or a long run of letters and digits with no '_'.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEY_PREFIXES = ("sk-", "sk_", "pk_", "rk_", "hf_", "ghp_", "gho_", "github_pat_", "xox", "eyJ")
+
+
+def _plausible_env_name(value: str) -> bool:
+    """Whether `value` can be an environment variable's name rather than a secret."""
+    if not _ENV_NAME.fullmatch(value) or value.startswith(_KEY_PREFIXES):
+        return False
+    random_run = len(value) >= 20 and "_" not in value and any(c.isdigit() for c in value)
+    return not random_run
 
 
 def _bounds(field: FieldInfo) -> str:

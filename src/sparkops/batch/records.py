@@ -6,7 +6,9 @@ with its line number, which the journal writes as that record's error.
 
 Files are read as bytes and decoded strictly (UTF-8 unless `--encoding` says otherwise): a
 byte-order mark is not part of the first line, and a byte that is not in the encoding is one
-line naming its place and the fix, before any request.
+line naming its place and the fix, before any request. A file that is not the text its
+name says (gzip, a workbook, JSONL named .csv, another delimiter, no header row) is refused
+naming what it is and the fix, never quoting a line (batch/input_format.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sparkops import json_codec
+from sparkops.batch.input_format import refuse_bad_header, refuse_binary
 from sparkops.errors import UserError
 
 InputKind = Literal["jsonl", "csv", "openai"]
@@ -51,7 +54,9 @@ class InputProblem:
 
 
 def detect_kind(path: Path, encoding: str = UTF8) -> InputKind:
-    """csv by extension; JSONL whose first object has custom_id+body is an OpenAI batch file."""
+    """csv by extension; JSONL whose first object has custom_id+body is an OpenAI batch file.
+    A compressed file, an archive or a workbook is refused first (UserError)."""
+    refuse_binary(path)
     if path.suffix.lower() == ".csv":
         return "csv"
     for _, raw in _lines(path, encoding):
@@ -197,6 +202,7 @@ def read_records(
     """Yield records (or problems) in file order, streaming (`limit`: bytes to read)."""
     if not path.is_file():
         raise UserError(f"input {path} does not exist; pass --input with a JSONL or CSV file")
+    refuse_binary(path)
     lines = _lines(path, encoding, limit)
     if kind == "csv":
         yield from _read_csv(path, id_field, lines)
@@ -258,16 +264,20 @@ def _check_openai(obj: dict[str, Any], n: int) -> str | None:
 def _read_csv(
     path: Path, id_field: str, lines: Iterator[tuple[int, str]]
 ) -> Iterator[Record | InputProblem]:
-    reader = csv.DictReader(text for _, text in lines)
+    first: list[str] = []  # the header's text, for refuse_bad_header
+
+    def texts() -> Iterator[str]:
+        for _, text in lines:
+            if not first:
+                first.append(text)
+            yield text
+
+    reader = csv.DictReader(texts())
     if reader.fieldnames is None:
         raise UserError(
             f"CSV {path} is empty (no header row); pass a CSV with a header and records"
         )
-    if id_field not in reader.fieldnames:
-        raise UserError(
-            f"CSV {path} has no {id_field!r} column (columns: {', '.join(reader.fieldnames)}); "
-            "pass --id-field NAME"
-        )
+    refuse_bad_header(path, id_field, first[0], list(reader.fieldnames))
     for row in reader:
         n = reader.line_num
         if None in row:
@@ -378,7 +388,8 @@ def scan_input(path: Path, kind: InputKind, id_field: str, encoding: str = UTF8)
 def refuse_bad_input(scan: InputScan, path: Path, kind: InputKind, id_field: str) -> None:
     """Refuse, before any request, an input whose records cannot each be journalled once:
     no records, duplicate ids, an OpenAI batch line without a custom_id or unreadable (its
-    output line would need `custom_id: null`, which OpenAI's and vLLM's schemas reject), or
+    output line would need `custom_id: null`, which OpenAI's and vLLM's schemas reject), a
+    JSONL file none of whose lines is a JSON object (another format: a CSV named .jsonl), or
     ids missing from half the records or more (the wrong --id-field, not bad records)."""
     if scan.total == 0:
         raise UserError(f"input {path} holds no records (it is empty); pass a file with records")
@@ -393,6 +404,12 @@ def refuse_bad_input(scan: InputScan, path: Path, kind: InputKind, id_field: str
         raise UserError(
             f"{len(bad)} line(s) of the OpenAI batch file {path} have no custom_id or are not "
             f"a JSON object (line {shown}); fix or remove them (nothing was sent)"
+        )
+    if kind == "jsonl" and len(scan.unreadable) == scan.total:
+        raise UserError(
+            f"{path} is not JSON Lines: none of its {scan.total} line(s) is a JSON object "
+            "(nothing was sent); JSONL holds one JSON object per line (if the file is a CSV, "
+            "name it .csv)"
         )
     if kind != "openai" and scan.no_id and 2 * len(scan.no_id) >= scan.total:
         fields = ", ".join(scan.first_fields or []) or "none"

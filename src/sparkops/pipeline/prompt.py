@@ -3,6 +3,11 @@
 Shared text first, record last: the system message is the step's fixed instructions,
 byte-identical for every record, and the user message is the template filled from the
 record. That order is what lets vLLM's prefix cache reuse the instructions.
+
+A request is built only from text: a field the step's template names that is missing, null,
+empty or not a string (a number, true/false, a list, an object) is the record's error, never
+sent. Sent, `"text": null` became "Note: " and `"text": 12345` "Note: 12345", and the model
+decided them like any note; a number where the note should be is usually a shifted column.
 """
 
 from __future__ import annotations
@@ -18,17 +23,12 @@ class RecordError(ValueError):
 
 
 def build_messages(step: StepSpec, record: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Messages for `step` over `record` (system, then user)."""
-    fields = step.fields
-    try:  # only the fields the template names: a record may carry many more
-        values = {f: _text(record[f]) for f in fields}
-    except KeyError:
-        missing = [f for f in fields if f not in record]
-        raise RecordError(
-            f"record has no field(s) {missing} used by step {step.name!r}; "
-            "add them to the input or change the step's user template"
-        ) from None
-    user = step.user.format_map(values)
+    """Messages for `step` over `record` (system, then user). Values are written as they
+    are (None as empty): the prefix probe (pipeline/check.py) fills every field with ""
+    on purpose; a record's own values are checked by `build_request` (`check_fields`)."""
+    _refuse_missing(step, record)
+    # only the fields the template names: a record may carry many more
+    user = step.user.format_map({f: _text(record[f]) for f in step.fields})
     messages = []
     if step.system:
         messages.append({"role": "system", "content": step.system})
@@ -45,7 +45,9 @@ def build_request(
 ) -> dict[str, Any]:
     """The /v1/chat/completions body for one call: `max_tokens` is the step's budget
     (pipeline/constrain.py derives it when the step sets none), `structured_outputs` the
-    constraint the server holds the answer to (None: a free-text answer)."""
+    constraint the server holds the answer to (None: a free-text answer). RecordError when
+    a field the step names is missing, empty or not text (`check_fields`)."""
+    check_fields(step, record)
     body = {
         "model": model,
         "messages": build_messages(step, record),
@@ -55,6 +57,49 @@ def build_request(
     if structured_outputs is not None:
         body["structured_outputs"] = structured_outputs
     return body
+
+
+def check_fields(step: StepSpec, record: Mapping[str, Any]) -> None:
+    """RecordError when a field `step`'s template names is missing from `record`, or holds
+    no text to send (see the module docstring). The message names the field and why, never
+    its value: records are patient data."""
+    _refuse_missing(step, record)
+    for name in step.fields:
+        if (why := _not_text(record[name])) is not None:
+            raise RecordError(f"field {name!r} {why}")
+
+
+def _refuse_missing(step: StepSpec, record: Mapping[str, Any]) -> None:
+    missing = [f for f in step.fields if f not in record]
+    if missing:
+        raise RecordError(
+            f"record has no field(s) {missing} used by step {step.name!r}; "
+            "add them to the input or change the step's user template"
+        )
+
+
+def _not_text(value: Any) -> str | None:
+    """Why `value` is no text to send (None when it is a non-blank string)."""
+    if isinstance(value, str):
+        return None if value.strip() else _EMPTY.format(what="empty")
+    if value is None:
+        return _EMPTY.format(what="empty (null)")
+    if isinstance(value, bool):
+        return f"holds true/false, not text; not sent: {_CHECK}"
+    if isinstance(value, int | float):
+        return (
+            "holds a number, not text; not sent: a number where text should be is usually "
+            f"a shifted column, {_CHECK}"
+        )
+    kind = "a list" if isinstance(value, list) else "an object"
+    return f"holds {kind}, not text; not sent: {_CHECK}"
+
+
+_EMPTY = (
+    "is {what}; not sent: a model given no text still answers, so give the record its "
+    "text or leave it out of the input"
+)
+_CHECK = "check the input (write the value as a JSON string if it is meant)"
 
 
 def _text(value: Any) -> str:
