@@ -9,6 +9,7 @@ import time
 import traceback
 from pathlib import Path
 
+from sparkops.batch.api.server import register_serve
 from sparkops.batch.job import run_job
 from sparkops.batch.options import add_job_options, job_config, job_settings
 from sparkops.cli import command_family
@@ -50,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.add_argument("dir", type=Path, help="the job folder (batch run's --out)")
     status.add_argument("--json", action="store_true", help="print the status as one JSON object")
     status.set_defaults(func=_status)
+
+    register_serve(sub)  # `sparkops batch serve`: OpenAI's Batch API (batch/api/)
 
 
 def _run(args: argparse.Namespace) -> int:
