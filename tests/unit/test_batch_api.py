@@ -216,9 +216,7 @@ def test_results_split_into_output_and_error_files_each_id_once(tmp_path):
     written = results_lines()
     results = tmp_path / "results.jsonl"
     repeated = {**written[0], "id": "batch_req_again"}  # a record finished twice: first counts
-    results.write_text(
-        "".join(json.dumps(x) + "\n" for x in [*written, repeated]) + "not json\n"
-    )
+    results.write_text("".join(json.dumps(x) + "\n" for x in [*written, repeated]) + "not json\n")
     out, err = tmp_path / "out.jsonl", tmp_path / "err.jsonl"
     assert split_results(results, out, err) == (2, 2)
     got_out = [json.loads(x) for x in out.read_text().splitlines()]
