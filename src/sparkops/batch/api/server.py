@@ -189,7 +189,7 @@ def check_address(host: str, has_key: bool) -> None:
         address = ipaddress.ip_address(host)
     except ValueError:
         raise UserError(
-            f"--host {host!r} is not an IP address; give 127.0.0.1 (the default) or the "
+            f"--host {host} is not an IP address; give 127.0.0.1 (the default) or the "
             "private link's address"
         ) from None
     if address.is_loopback:
