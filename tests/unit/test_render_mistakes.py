@@ -155,8 +155,11 @@ def test_the_pair_pp_example_serves_a_model_that_needs_two_sparks(tmp_path: Path
     )
     one = sparkops("render", "--inventory", str(single), "--out", "one-out", limit=60, cwd=tmp_path)
     assert one.returncode == 2 and "Traceback" not in one.stderr
-    assert "weights (135.4 GiB) + KV cache need 159.4 GiB, over spark-1's GPU memory budget" in (
-        one.stderr
+    assert one.stderr == (
+        "sparkops: error: Host spark-1: profile gb10-qwen25-72b-bf16 has 135.4 GiB of weights, "
+        "more than the machine's 128 GB (119.2 GiB) of memory in all, before any KV cache: it "
+        "cannot load. Choose a smaller or quantised profile, or split it over two Sparks "
+        "(sparkops_topology: pair-pp, each Spark holds half).\n"
     )
 
 

@@ -1,6 +1,7 @@
 """Ansible filters of the inventory check (ansible/playbooks/validate_inventory.yml).
 
-    {{ hostvars | sparkops_inventory_check(groups, roles_dir, playbooks_dir) }}
+    {{ hostvars | sparkops_inventory_check(groups, roles_dir, playbooks_dir,
+                                           ansible_inventory_sources) }}
 
 returns {"errors": [...], "warnings": [...]}: every rule of sparkops.render.inventory_checks
 (the `sparks` group, role variables declared and typed, the topology and its hosts, the
@@ -74,14 +75,18 @@ class _Plain(Mapping[str, Any]):
         return len(list(self._source))
 
 
-def sparkops_inventory_check(hostvars, groups, roles_dir: str, playbooks_dir: str) -> dict:
-    """The whole inventory check: {"errors": [...], "warnings": [...]}."""
+def sparkops_inventory_check(
+    hostvars, groups, roles_dir: str, playbooks_dir: str, sources=()
+) -> dict:
+    """The whole inventory check: {"errors": [...], "warnings": [...]}. `sources`: the `-i`
+    sources, whose folders are read for files Ansible must not read as inventory."""
     hosts = {host: _Plain(hostvars[host]) for host in groups.get("sparks") or []}
     found = check_inventory(
         {name: list(members) for name, members in groups.items()},
         hosts,
         _specs(str(Path(roles_dir).resolve())),
         _plays(str(Path(playbooks_dir).resolve())),
+        sources=[str(source) for source in sources or ()],
     )
     return {"errors": found.errors, "warnings": found.warnings}
 

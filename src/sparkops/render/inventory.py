@@ -153,15 +153,21 @@ def _parse(manager_class: Any, loader: Any, base: Path, hosts_file: Path) -> Any
     return manager
 
 
-def read_inventory(directory: str | Path) -> Inventory:
-    """Parse an inventory directory into hosts and fully merged, resolved variables."""
-    base = Path(directory)
+def find_hosts_file(base: Path) -> Path:
+    """The inventory folder's hosts.yml (or hosts.yaml); refused when it has neither."""
     hosts_file = next((base / n for n in HOSTS_FILES if (base / n).is_file()), None)
     if hosts_file is None:
         raise UserError(
             f"no hosts.yml in {base}: point --inventory at an inventory directory "
             "(e.g. inventory/single) that has one."
         )
+    return hosts_file
+
+
+def read_inventory(directory: str | Path) -> Inventory:
+    """Parse an inventory directory into hosts and fully merged, resolved variables."""
+    base = Path(directory)
+    hosts_file = find_hosts_file(base)
     _check_files(base, hosts_file)
     # Imported here: ansible-core's start-up (~0.3 s) is paid only by commands that read an
     # inventory, not by every `sparkops` invocation.

@@ -14,7 +14,18 @@ connection. The rules:
   no WSL2 laptop among them, each with a QSFP IPv4 address, two addresses in one subnet;
   multi-dp two or more hosts and no pair;
 - a name one slip from a role's (or a playbook's) prefix is warned about, naming the owner
-  and the variable meant (role_vars.misspelt_prefixes).
+  and the variable meant (role_vars.misspelt_prefixes);
+- every Spark is its own machine: no two share an `ansible_host` (and port) other than
+  loopback (the kit's stand-ins for several Sparks on one machine);
+- `ansible_connection: local` runs every task on the controller, so a host that has it names
+  no address but loopback (a desktop's address with it left in provisioned the controller);
+- the model's weights (a host's share of them, pipeline parallel) fit the machine's memory
+  (vllm_serving_memory_total_gb, else a GB10's 128 GB): no KV cache setting rescues that;
+- an inventory folder (a folder among the `-i` sources) holds no executable file and no
+  rendered stack (`inventory_folder_problems`): Ansible reads every file in it as an
+  inventory source and runs an executable one as a dynamic inventory script on the
+  controller. The one rule that reads files; `sparkops render` runs it before ansible-core
+  parses the folder, a playbook (whose Ansible has parsed it) stops at it.
 
 The subnet arithmetic is Python's ipaddress, not Jinja.
 """
@@ -23,17 +34,31 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
+from sparkops.errors import UserError
+from sparkops.plan.guard import GB10_TOTAL_GB
+from sparkops.profiles import Profile, load_profile
+from sparkops.profiles.checks import pipeline_stages
 from sparkops.render.role_vars import (
     UNRESOLVED,
     RoleSpecs,
     misspelt_prefixes,
     role_variable_problems,
 )
-from sparkops.render.settings import DEPRECATED_TOPOLOGIES, TOPOLOGY_OF, topology_named
+from sparkops.render.settings import (
+    DEPRECATED_TOPOLOGIES,
+    TOPOLOGY_OF,
+    ServingVars,
+    topology_named,
+)
+from sparkops.render.templates import RENDERED_NAMES
+from sparkops.units import GB, GIB
 
 PAIR_TOPOLOGIES = ("pair-dp", "pair-pp")
 MULTI_TOPOLOGIES = ("multi-dp",)
@@ -186,16 +211,203 @@ def _pair_problems(
     return problems
 
 
+RENDER_ELSEWHERE = "render outside it (e.g. sparkops render --out /tmp/stack)"
+
+
+def _inventory_entries(folder: Path) -> Iterator[tuple[Path, bool]]:
+    """Every file under `folder` in name order, with whether Ansible reads it as an
+    inventory source: ansible-core's own IGNORED pattern (dot names, group_vars, host_vars,
+    backup extensions) decides, as InventoryManager.parse_source walks the folder. Dot
+    folders (.git) are not entered at all."""
+    from ansible.inventory.manager import IGNORED
+
+    for top, folders, files in os.walk(folder):
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        parts = Path(top).relative_to(folder).parts
+        read_folder = not any(IGNORED.search(os.fsencode(part)) for part in parts)
+        for name in sorted(files):
+            yield Path(top) / name, read_folder and not IGNORED.search(os.fsencode(name))
+
+
+def _rendered_stack_problem(folder: Path, where: Path, names: list[str]) -> str:
+    return (
+        f"{where} holds files `sparkops render` writes ({', '.join(names)}), inside the "
+        f"inventory folder {folder}: Ansible reads each as an inventory source, runs an "
+        "executable one (memory-guard.sh) as an inventory script on this machine, and "
+        "serving.env holds secrets in the folder you commit. Remove them from the inventory "
+        f"and {RENDER_ELSEWHERE}"
+    )
+
+
+def _executable_problem(folder: Path, path: Path) -> str:
+    return (
+        f"{path} is executable, inside the inventory folder {folder}: Ansible runs every "
+        "executable file in an inventory folder as a dynamic inventory script, on this machine, "
+        "each time it reads the inventory. Move it out of the inventory folder, or clear its "
+        f"executable bit (chmod -x {path}) if it is inventory data"
+    )
+
+
+def inventory_folder_problems(folder: str | Path) -> list[str]:
+    """Files in an inventory folder that Ansible must not read: a rendered serving stack (one
+    sentence per folder holding one) and any other file ansible-core's script plugin would
+    run. Read before ansible-core parses the folder (parsing is what runs them)."""
+    from ansible.plugins.inventory.script import InventoryModule
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    script = InventoryModule()
+    rendered: dict[Path, list[str]] = {}
+    executables = []
+    for path, read in _inventory_entries(folder):
+        if path.name in RENDERED_NAMES:
+            rendered.setdefault(path.parent, []).append(path.name)
+        elif read and script.verify_file(str(path)):
+            executables.append(_executable_problem(folder, path))
+    stacks = [_rendered_stack_problem(folder, where, names) for where, names in rendered.items()]
+    return stacks + executables
+
+
+def _said_and(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + f" and {items[-1]}" if len(items) > 1 else items[0]
+
+
+def _same_machine_problems(
+    sparks: list[str], hostvars: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Two Sparks whose `ansible_host` (the inventory name where none is set) and SSH port are
+    the same are one machine: the deploy would put two stacks on it and count it twice. A
+    loopback address is this machine on purpose (the kit's stand-ins for several Sparks on
+    one machine, their ports apart), not a copied address."""
+    machines: dict[tuple[str, str], list[str]] = {}
+    for host in sparks:
+        address = _value(hostvars[host], "ansible_host", host)
+        port = _value(hostvars[host], "ansible_port", 22)
+        if address in (None, "", UNRESOLVED) or port is UNRESOLVED or _is_loopback(str(address)):
+            continue
+        machines.setdefault((str(address).lower(), str(port)), []).append(host)
+    return [
+        f"Hosts {_said_and(hosts)} have the same ansible_host {address}: they are one machine, "
+        "so the deploy would put a serving stack on it for each and count it as more Sparks "
+        "than there are. Give each Spark its own address (ansible_host) in hosts.yml, or list "
+        "the machine once"
+        for (address, _), hosts in machines.items()
+        if len(hosts) > 1
+    ]
+
+
+def _is_loopback(address: str) -> bool:
+    if address.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _local_connection_problems(
+    sparks: list[str], hostvars: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """`ansible_connection: local` with another machine's address: Ansible never uses the
+    address, so every task (provisioning included) runs on the controller itself."""
+    problems = []
+    for host in sparks:
+        connection = _value(hostvars[host], "ansible_connection")
+        address = _value(hostvars[host], "ansible_host")
+        if connection not in ("local", "ansible.builtin.local") or not isinstance(address, str):
+            continue
+        if address and not _is_loopback(address):
+            problems.append(
+                f"Host {host} has ansible_connection: local and ansible_host {address}: with a "
+                "local connection Ansible never goes to that address, every task runs on this "
+                f"machine instead. Remove ansible_connection: local to reach {address} over "
+                "SSH, or remove ansible_host to run on this machine"
+            )
+    return problems
+
+
+@lru_cache(maxsize=16)
+def _profile_named(name: str) -> Profile | None:
+    """The profile an inventory names, or None where it cannot be loaded: the render and the
+    deploy refuse that themselves, in their words."""
+    try:
+        return load_profile(name)
+    except UserError:
+        return None
+
+
+def _machine_gb(host_vars: Mapping[str, Any], profile: Profile) -> float | None:
+    """The machine's whole memory in decimal GB: vllm_serving_memory_total_gb, else a GB10's
+    (None: a CPU host of unknown size)."""
+    given = _value(host_vars, "vllm_serving_memory_total_gb")
+    try:
+        total = float(given) if given not in (None, "", UNRESOLVED) else None
+    except (TypeError, ValueError):
+        return None  # the role-variable rule names a value that is not a number
+    if total is None and profile.platform == "gb10":
+        return GB10_TOTAL_GB
+    return total if total and total > 0 else None
+
+
+def _weights_problem(
+    host: str, host_vars: Mapping[str, Any], profile: Profile, topology: str
+) -> str | None:
+    """Weights (a host's share of them under pipeline parallelism) larger than the whole
+    machine: no KV cache or GPU budget setting makes that load."""
+    total_gb = _machine_gb(host_vars, profile)
+    stages = pipeline_stages(profile, 2 if topology == "pair-pp" else 1)
+    share_gib = profile.weights_gib / stages
+    if total_gb is None or share_gib * GIB <= total_gb * GB:
+        return None
+    held = f"{share_gib:.1f} GiB of weights per host (1/{stages} of {profile.weights_gib:.1f})"
+    if stages == 1:
+        held = f"{profile.weights_gib:.1f} GiB of weights"
+    split = (
+        ", or split it over two Sparks (sparkops_topology: pair-pp, each Spark holds half)"
+        if stages == 1 and profile.weights_gib / 2 * GIB <= total_gb * GB
+        else ""
+    )
+    return (
+        f"Host {host}: profile {profile.name} has {held}, more than the machine's "
+        f"{total_gb:g} GB ({total_gb * GB / GIB:.1f} GiB) of memory in all, before any KV "
+        f"cache: it cannot load. Choose a smaller or quantised profile{split}"
+    )
+
+
+def _weights_problems(
+    topology: str,
+    sparks: list[str],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    profile: Profile | None,
+) -> list[str]:
+    """_weights_problem for every Spark, with `profile` (render's --profile) or the one each
+    host's vllm_serving_profile names."""
+    default = ServingVars.model_fields["profile"].default
+    problems = []
+    for host in sparks:
+        named = _value(hostvars[host], "vllm_serving_profile", default)
+        used = profile or (_profile_named(str(named)) if named is not UNRESOLVED else None)
+        if used is not None and (problem := _weights_problem(host, hostvars[host], used, topology)):
+            problems.append(problem)
+    return problems
+
+
 def check_inventory(
     groups: Mapping[str, Iterable[str]],
     hostvars: Mapping[str, Mapping[str, Any]],
     specs: RoleSpecs | None,
     plays: Mapping[str, frozenset[str]] | None = None,
+    profile: Profile | None = None,
+    sources: Iterable[str | Path] = (),
 ) -> Findings:
     """Every rule of the module docstring over the inventory's `sparks` (whatever a
     --limit says: the check is about the inventory, not the hosts a run touches). `specs`
     None (a wheel without the roles) skips the role-variable rules; `plays` is
-    role_vars.play_settings' answer, the playbooks' own `sparkops_<play>_` settings."""
+    role_vars.play_settings' answer, the playbooks' own `sparkops_<play>_` settings;
+    `profile` the one a render serves in place of the inventory's (--profile); `sources` the
+    inventory sources (`-i`): the folders among them are read for files Ansible must not
+    read (a file source is read alone, whatever sits beside it)."""
     found = Findings()
     sparks = list(dict.fromkeys(groups.get(SPARKS) or []))
     pair = list(dict.fromkeys(groups.get(PAIR) or []))
@@ -205,6 +417,13 @@ def check_inventory(
             "all.children.sparks.hosts in hosts.yml (copy inventory/single/ or inventory/pair-dp/)"
         )
         return found
+    found.errors += [
+        problem
+        for source in dict.fromkeys(str(source) for source in sources)
+        for problem in inventory_folder_problems(source)
+    ]
+    found.errors += _local_connection_problems(sparks, hostvars)
+    found.errors += _same_machine_problems(sparks, hostvars)
     if specs is not None:
         for host in sparks:
             problems = role_variable_problems(_role_vars(hostvars[host], specs), specs)
@@ -236,4 +455,5 @@ def check_inventory(
     topology = "pair-pp" if topology == "pipeline-parallel" else topology
     found.errors += _shape_problems(topology, sparks, pair)
     found.errors += _pair_problems(topology, pair, hostvars)
+    found.errors += _weights_problems(topology, sparks, hostvars, profile)
     return found

@@ -48,6 +48,25 @@ class RenderedFile:
     mode: int
 
 
+# (template, file name in the host's stack folder, mode): every host's files, the router's
+# (data parallel, first host) and Ray's start script (pipeline parallel over Ray).
+SERVING_FILES = (
+    ("serving/compose.yml.j2", "compose.yml", 0o644),
+    ("serving/serving.env.j2", "serving.env", 0o600),
+    ("serving/sparkops-serving.service.j2", "sparkops-serving.service", 0o644),
+    ("serving/memory-guard.sh.j2", "memory-guard.sh", 0o755),
+)
+ROUTER_FILES = (
+    ("router/litellm-config.yaml.j2", "litellm-config.yaml", 0o640),
+    ("router/router.env.j2", "router.env", 0o600),
+)
+RAY_FILES = (("ray/ray-start.sh.j2", "ray-start.sh", 0o755),)
+# Every name a render can write: what the inventory check looks for in an inventory folder.
+RENDERED_NAMES = frozenset(
+    [name for _, name, _ in SERVING_FILES + ROUTER_FILES + RAY_FILES] + [STACK_RECORD]
+)
+
+
 def _comment(text: str) -> str:
     """Same shape as Ansible's `comment` filter (default style)."""
     body = "\n".join(f"# {line}".rstrip() for line in str(text).splitlines())
@@ -95,19 +114,11 @@ def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[Rend
         "ray_command": _ray_command(stack) if stack.ray else "",
         "guard": start_context(stack.host_share(), stack.serving),
     }
-    plan = [
-        ("serving/compose.yml.j2", "compose.yml", 0o644),
-        ("serving/serving.env.j2", "serving.env", 0o600),
-        ("serving/sparkops-serving.service.j2", "sparkops-serving.service", 0o644),
-        ("serving/memory-guard.sh.j2", "memory-guard.sh", 0o755),
-    ]
+    plan = list(SERVING_FILES)
     if stack.router:
-        plan += [
-            ("router/litellm-config.yaml.j2", "litellm-config.yaml", 0o640),
-            ("router/router.env.j2", "router.env", 0o600),
-        ]
+        plan += ROUTER_FILES
     if stack.ray and stack.ray["backend"] == "ray":
-        plan.append(("ray/ray-start.sh.j2", "ray-start.sh", 0o755))
+        plan += RAY_FILES
     files = [
         RenderedFile(out, env.get_template(src).render(context), mode) for src, out, mode in plan
     ]

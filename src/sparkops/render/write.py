@@ -12,10 +12,14 @@ from pathlib import Path
 
 from sparkops.errors import UserError
 from sparkops.files import write_atomic
-from sparkops.profiles import load_profile
+from sparkops.profiles import Profile, load_profile
 from sparkops.render.base import base_note
-from sparkops.render.inventory import Inventory, read_inventory
-from sparkops.render.inventory_checks import check_inventory
+from sparkops.render.inventory import HOSTS_FILES, Inventory, find_hosts_file, read_inventory
+from sparkops.render.inventory_checks import (
+    RENDER_ELSEWHERE,
+    check_inventory,
+    inventory_folder_problems,
+)
 from sparkops.render.master_key import ENV_NAME, keep_or_generate
 from sparkops.render.role_vars import load_role_specs, play_settings
 from sparkops.render.stack import plan_stack
@@ -27,16 +31,24 @@ SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY", "LITELLM_MASTER_KEY")
 ANSIBLE_DIR = Path(__file__).resolve().parents[3] / "ansible"
 
 
-def check(inv: Inventory, ansible_dir: Path = ANSIBLE_DIR) -> list[str]:
+def check(
+    inv: Inventory, ansible_dir: Path = ANSIBLE_DIR, profile: Profile | None = None
+) -> list[str]:
     """validate_inventory.yml's check (sparkops.render.inventory_checks) on the inventory
-    as read: its errors refuse the render in the playbook's words, its warnings are returned."""
+    as read (with `profile`, --profile's, in place of the inventory's): its errors refuse the
+    render in the playbook's words, its warnings are returned."""
     roles = ansible_dir / "roles"
     specs = load_role_specs(roles) if roles.is_dir() else None
     plays = play_settings(ansible_dir / "playbooks") if specs else {}
-    found = check_inventory(inv.groups, inv.hostvars, specs, plays)
-    if found.errors:
-        raise UserError(". ".join(found.errors) + ".")
+    found = check_inventory(inv.groups, inv.hostvars, specs, plays, profile)
+    refuse(found.errors)
     return found.warnings
+
+
+def refuse(errors: list[str]) -> None:
+    """The check's errors as one UserError, in the playbook's words."""
+    if errors:
+        raise UserError(". ".join(errors) + ".")
 
 
 def gather_secrets(out: Path) -> dict[str, str]:
@@ -69,12 +81,18 @@ def render(
 ) -> Rendered:
     """Render every serving host's files under OUT/<host>/."""
     out = Path(out)
+    check_concurrency(concurrency)
     check_out(out)
+    find_hosts_file(Path(inventory))
+    check_out_of_inventory(out, Path(inventory))
+    # Before ansible-core parses the folder: parsing runs its executable files.
+    refuse(inventory_folder_problems(inventory))
+    chosen = load_profile(profile) if profile else None
     inv = read_inventory(inventory)
-    warnings = check(inv)
+    warnings = check(inv, profile=chosen)
     stacks = plan_stack(
         inv,
-        profile=load_profile(profile) if profile else None,
+        profile=chosen,
         secrets=gather_secrets(out),
         concurrency=concurrency,
     )
@@ -107,6 +125,44 @@ def check_out(folder: Path) -> None:
                 f"--out {folder}: {path} is a file, not a folder; name a folder for the "
                 "rendered files (it is created when missing)"
             )
+
+
+def _looks_like_inventory(folder: Path) -> bool:
+    return (
+        any((folder / name).is_file() for name in HOSTS_FILES) or (folder / "group_vars").is_dir()
+    )
+
+
+def check_out_of_inventory(out: Path, inventory: Path) -> None:
+    """Refuse an output folder in the inventory folder (or in any folder that looks like an
+    Ansible inventory: hosts.yml, group_vars/), before anything is written: the next playbook
+    run would read every rendered file as an inventory source and run memory-guard.sh as an
+    inventory script on the controller, and serving.env's secrets would sit in the folder
+    the docs say to commit."""
+    inventory_at = inventory.resolve()
+    for folder in (out.resolve(), *out.resolve().parents):
+        if folder == inventory_at:
+            where = f"the inventory folder {inventory}"
+        elif _looks_like_inventory(folder):
+            where = f"{folder}, which looks like an Ansible inventory (hosts.yml or group_vars/)"
+        else:
+            continue
+        raise UserError(
+            f"--out {out} is inside {where}: the next playbook run would read the rendered "
+            "files as inventory sources and run memory-guard.sh as an inventory script on this "
+            f"machine, and serving.env's secrets would sit in the inventory; {RENDER_ELSEWHERE}"
+        )
+
+
+def check_concurrency(concurrency: int | None) -> None:
+    """Refuse a --concurrency below 1: a job keeps at least one request in flight (0 would
+    silently fall back to the inventory's, a negative one passed every check)."""
+    if concurrency is not None and concurrency < 1:
+        raise UserError(
+            f"--concurrency {concurrency}: the job's requests in flight must be a whole number "
+            "of at least 1 (e.g. --concurrency 64, at most the profile's vllm.max_num_seqs); "
+            "leave it out to use the inventory's vllm_serving_concurrency"
+        )
 
 
 def render_inventory(
