@@ -260,6 +260,19 @@ def test_an_interrupt_from_outside_is_resumed(tmp_path):
     play(tmp_path, [{"lines": [ok("r1")], "exit": 143}, {"lines": [ok("r2")]}], story)
 
 
+def test_a_cancel_while_an_interrupted_job_waits_ends_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner_module, "RETRY_S", 600.0)  # the cancel must not wait for it
+
+    async def story(scene: Scene) -> None:
+        state = scene.new_batch()
+        await until(lambda: any("interrupted from outside" in x for x in scene.said), "it")
+        scene.runner.cancel(state)
+        await until(ended(state), "the batch to end", limit=30.0)
+        assert state.status == "cancelled" and scene.lines_of(state.output_file_id) == ["r1"]
+
+    play(tmp_path, [{"lines": [ok("r1")], "exit": 143}], story)
+
+
 def test_a_job_waits_for_its_endpoint_to_answer(tmp_path):
     async def story(scene: Scene) -> None:
         scene.models_answers[:] = [503, 503]

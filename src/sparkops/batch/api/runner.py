@@ -202,6 +202,7 @@ class Runner:
             )
         self._save(state, status="cancelling", cancelling_at=_now())
         self.say(f"batch {state.id}: cancelling")
+        self._wake.set()  # a worker waiting for this batch's turn looks again
         if self._current == state.id:
             if self._proc is not None and self._proc.returncode is None:
                 self._proc.send_signal(signal.SIGTERM)
@@ -271,6 +272,8 @@ class Runner:
                 f"{status}); it resumes in {RETRY_S:.0f} s"
             )
             await self._pause(RETRY_S)
+            if state.status == "cancelling":  # cancelled while it waited to resume
+                await self._finish(state, "cancelled")
         else:
             await self._finish(state, "failed", [self._failure(state, status)])
 
@@ -404,9 +407,13 @@ class Runner:
             setattr(state, name, value)
 
     async def _pause(self, seconds: float) -> None:
-        """Sleep, or less when the server stops."""
+        """Sleep, or less when something happens (a cancel, a new batch, the server stopping):
+        whoever paused looks again at once."""
+        self._wake.clear()
+        if self._stopping:
+            return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopped.wait(), seconds)
+            await asyncio.wait_for(self._wake.wait(), seconds)
 
     def _trouble(self, state: BatchState, err: Exception) -> None:
         """One line for a failure the worker retries; a bug's traceback goes to crash.log."""
