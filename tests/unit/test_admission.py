@@ -32,8 +32,8 @@ THREE = parse_pipeline(
             {
                 "name": s,
                 "user": s + " {text}",
-                "parse": {"choices": ["yes"]},
-                "next": {"yes": n, "unclear": n},
+                "parse": {"choices": ["yes", "no"]},
+                "next": {"yes": n, "no": n, "unclear": n},
             }
             for s, n in (("a", "b"), ("b", "c"), ("c", "stop"))
         ],
@@ -43,7 +43,7 @@ ONE = parse_pipeline(
     {
         "name": "one",
         "model": "m",
-        "steps": [{"name": "a", "user": "a {text}", "parse": {"choices": ["yes"]}}],
+        "steps": [{"name": "a", "user": "a {text}", "parse": {"choices": ["yes", "no"]}}],
     }
 )
 
@@ -117,7 +117,8 @@ class Recorder:
         self.arrivals.append(time.monotonic())
         try:
             await asyncio.sleep(0.05)
-            return web.json_response({"choices": [{"message": {"content": "yes"}}]})
+            choice = {"message": {"content": "yes"}, "finish_reason": "stop"}
+            return web.json_response({"choices": [choice]})
         finally:
             self.in_flight[step] -= 1
 

@@ -17,18 +17,15 @@ from typing import Any, NamedTuple, Protocol
 
 import aiohttp
 
-from sparkops import json_codec
 from sparkops.batch.fate import Fates, RecordState
 from sparkops.batch.outcome import FINISHED, Answer, Failure, finish_reason, unfinished, unheld
 from sparkops.batch.records import InputKind, InputProblem, Record
 from sparkops.errors import UserError
 from sparkops.jobdir.lines import CUT_OFF
 from sparkops.pipeline import constrain
-from sparkops.pipeline.extract import read_answer
-from sparkops.pipeline.parse import cut_prefix, held_forms, parse_label, read_held
 from sparkops.pipeline.prompt import RecordError, build_request
 from sparkops.pipeline.route import next_step
-from sparkops.pipeline.spec import ParseSpec, PipelineSpec, StepSpec
+from sparkops.pipeline.spec import PipelineSpec, StepSpec
 
 __all__ = [
     "Finish",
@@ -213,22 +210,15 @@ class Pipeline:
 
     def judge(self, state: RecordState, answer: Answer) -> Failure | None:
         """Only a finished answer is one (finish_reason `stop`, or `length`: cut off, counted);
-        a constrained step's answer must be what its constraint allows: a choice whole, or
-        JSON (the schema is checked in `answered`; a cut-off answer may be the start of one).
-        Anything else is proof the constraint did not hold, and never a decision."""
+        a held step's answer must be one its constraint allows (the step's kind says which:
+        a choice whole, a number of the range, JSON). Anything else is proof the constraint
+        did not hold, and never a decision."""
         reason = finish_reason(answer.body)
         if reason not in FINISHED:
             return unfinished(reason)
         step = self.spec.step(state.step)
         mode = constrain.step_mode(self.spec, step)
-        text = answer.text or ""
-        if mode == "choice":
-            assert step.parse is not None
-            if read_held(text, step.parse) is None and not (
-                reason == CUT_OFF and _starts_a_form(text, step.parse.choices)
-            ):
-                return unheld(step.name, mode)
-        elif mode == "json" and not _json_shaped(text, cut=reason == CUT_OFF):
+        if mode != "off" and not step.answer.holds(answer.text or "", cut=reason == CUT_OFF):
             return unheld(step.name, mode)
         return None
 
@@ -236,26 +226,18 @@ class Pipeline:
         step = self.spec.step(state.step)
         text = answer.text or ""
         details = answer.usage.get("prompt_tokens_details") or {}
-        entry: dict[str, Any] = {"step": step.name}
         reason = finish_reason(answer.body)
-        if step.parse is not None and constrain.step_mode(self.spec, step) == "choice":
-            label, parsed, complete = _read_choice(text, step.parse, cut=reason == CUT_OFF)
-            if complete:
-                entry["complete"] = True  # stopped at max_tokens, but a whole allowed answer
-        elif step.parse is not None:
-            label, parsed = parse_label(text, step.parse)
-        else:
-            assert step.extract is not None
-            read = read_answer(text, step.extract)
-            label, parsed = read.label, read.fields is not None
-            entry["fields"] = read.fields
-            if read.problem is not None:
-                entry["invalid"] = read.problem
+        held = constrain.step_mode(self.spec, step) != "off"
+        read = step.answer.read(text, held, cut=reason == CUT_OFF)
+        label = read.label
+        entry: dict[str, Any] = {"step": step.name, **read.entry}
+        if read.complete:
+            entry["complete"] = True  # stopped at max_tokens, but a whole allowed answer
         # parsed false: the answer could not be read, so the label is the step's default
         # (counted as unparsed by `batch run` and the results table, never a decision)
         entry.update(
             answer=label,
-            parsed=parsed,
+            parsed=read.parsed,
             raw=text,
             model=answer.model,
             finish_reason=reason,  # "length": cut off at max_tokens (unless `complete`)
@@ -275,33 +257,6 @@ class Pipeline:
 
     def input_problem(self, problem: InputProblem, failure: Failure, fates: Fates) -> Finish:
         return lambda: fates.error(problem.id, problem.line, failure, [])
-
-
-def _read_choice(text: str, parse: ParseSpec, cut: bool) -> tuple[str, bool, bool]:
-    """A held choice answer: (label, read, complete despite the cut). A cut-off answer that
-    is a whole allowed form is complete, unless it may be the start of a longer one ("yes"
-    of "yes, urgent"): then it is no decision; nor is a cut-off part of a form."""
-    choice = read_held(text, parse)
-    if choice is None or (cut and cut_prefix(text, parse)):
-        return parse.default, False, False
-    return choice, True, cut
-
-
-def _starts_a_form(text: str, choices: list[str]) -> bool:
-    """Whether a cut-off answer is the start of an allowed form (the constraint held)."""
-    folded = text.casefold()
-    return bool(folded) and any(form.startswith(folded) for form in held_forms(choices))
-
-
-def _json_shaped(text: str, cut: bool) -> bool:
-    """A JSON-constrained answer: a JSON value, or (cut off) the start of an object."""
-    if cut:
-        return text.lstrip().startswith("{")
-    try:
-        json_codec.decode(text)
-    except ValueError:
-        return False
-    return True
 
 
 class OpenAIBatch:

@@ -29,16 +29,18 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 
 from sparkops.errors import UserError
-from sparkops.pipeline.extract import ExtractSpec
+from sparkops.pipeline.extract import JSON_MARGIN as JSON_MARGIN
+from sparkops.pipeline.extract import longest_instance as longest_instance
+from sparkops.pipeline.kinds import Count, Mode
+from sparkops.pipeline.kinds import byte_count as byte_count
 from sparkops.pipeline.parse import allowed_answers as allowed_answers
-from sparkops.pipeline.spec import FREE_TEXT_MAX_TOKENS, PipelineSpec, StepSpec
-
-Mode = Literal["choice", "json", "off"]
+from sparkops.pipeline.spec import PipelineSpec, StepSpec
+from sparkops.urls import api_url
 
 # The probe: a single allowed answer the prompt does not ask for. A server that holds the
 # constraint answers exactly it; one that ignores the field answers the prompt.
@@ -56,19 +58,11 @@ PROBE_SCHEMA = {
 PROBE_TIMEOUT_S = 120.0
 # Room a free answer to the probe gets (enough to show what the server wrote instead).
 PROBE_MAX_TOKENS = {"choice": 8, "json": 24}
-# Extra tokens an extraction answer gets over its longest instance (a tokenizer may split
-# a value where the instance's text did not).
-JSON_MARGIN = 8
-# The longest text a JSON number takes (a double's repr) and an integer without a range.
-_NUMBER = -1.2345678901234567e308
-_INTEGER = -9223372036854775808
 
 
 def step_mode(spec: PipelineSpec, step: StepSpec) -> Mode:
-    """How `step`'s answers are held: to its choices, to its schema, or not at all."""
-    if not spec.constrained(step):
-        return "off"
-    return "choice" if step.parse is not None else "json"
+    """How `step`'s answers are held: to a list of answers, to a schema, or not at all."""
+    return step.answer.held_mode if spec.constrained(step) else "off"
 
 
 def modes(spec: PipelineSpec) -> dict[str, Mode]:
@@ -78,103 +72,22 @@ def modes(spec: PipelineSpec) -> dict[str, Mode]:
 
 def structured_outputs(spec: PipelineSpec, step: StepSpec) -> dict[str, Any] | None:
     """The request's `structured_outputs` field for `step` (None when unconstrained)."""
-    mode = step_mode(spec, step)
-    if mode == "choice":
-        assert step.parse is not None
-        return {"choice": allowed_answers(step.parse.choices)}
-    if mode == "json":
-        assert step.extract is not None
-        return {"json": step.extract.answer_schema}
-    return None
+    return step.answer.constraint() if spec.constrained(step) else None
 
 
-def byte_count(text: str) -> int:
-    """An upper bound of `text`'s token count without the tokenizer: every token of a
-    byte-level or byte-fallback tokenizer covers at least one byte."""
-    return len(text.encode("utf-8"))
-
-
-def longest_instance(schema: Mapping[str, Any]) -> tuple[Any, int] | None:
-    """The longest answer `schema` allows, as (a JSON value with every string empty, the
-    string characters it can still hold); None when the schema bounds no length (a string
-    without maxLength, an array without maxItems, a construct this bound does not read)."""
-    if "const" in schema:
-        return schema["const"], 0
-    if "enum" in schema:
-        values = schema["enum"]
-        return (max(values, key=lambda v: len(json.dumps(v))), 0) if values else None
-    kind = schema.get("type")
-    if kind == "boolean":
-        return False, 0
-    if kind == "integer":
-        low, high = schema.get("minimum"), schema.get("maximum")
-        if low is None or high is None:
-            return _INTEGER, 0
-        return max(int(low), int(high), key=lambda b: len(str(b))), 0
-    if kind == "number":
-        return _NUMBER, 0
-    if kind == "string":
-        limit = schema.get("maxLength")
-        return ("", int(limit)) if isinstance(limit, int) else None
-    if kind == "array":
-        items, most = schema.get("items"), schema.get("maxItems")
-        if not isinstance(items, dict) or not isinstance(most, int):
-            return None
-        one = longest_instance(items)
-        return None if one is None else ([one[0]] * most, one[1] * most)
-    if kind == "object":
-        props = schema.get("properties") or {}
-        out: dict[str, Any] = {}
-        chars = 0
-        for name, prop in props.items():
-            one = longest_instance(prop) if isinstance(prop, dict) else None
-            if one is None:
-                return None
-            out[name], extra = one
-            chars += extra
-        return out, chars
-    return None
-
-
-def unbounded_fields(extract: ExtractSpec) -> list[str]:
-    """The fields whose longest value the schema does not bound (no budget derivable)."""
-    props = extract.answer_schema.get("properties") or {}
-    return [n for n, p in props.items() if not isinstance(p, dict) or longest_instance(p) is None]
-
-
-def max_tokens(spec: PipelineSpec, step: StepSpec, count: Callable[[str], int]) -> int:
-    """The step's answer budget: its own `max_tokens`, else derived from what it may answer
-    (`count` gives a text's token count: the server's tokenizer, or `byte_count`)."""
+def max_tokens(spec: PipelineSpec, step: StepSpec, count: Count) -> int:
+    """The step's answer budget: its own `max_tokens`, else what its kind derives from what
+    it may answer (`count` gives a text's token count: the server's tokenizer, or
+    `byte_count`)."""
     if step.max_tokens is not None:
         return step.max_tokens
-    if step.parse is not None:
-        if step_mode(spec, step) == "off":
-            return FREE_TEXT_MAX_TOKENS
-        forms = allowed_answers(step.parse.choices)
-        return max(max(count(form), byte_count(form)) for form in forms) + 1
-    assert step.extract is not None
-    bound = longest_instance(step.extract.answer_schema)
-    if bound is None:  # refused by `check_spec` before a job runs
-        raise UserError(_unbounded_message(step))
-    instance, chars = bound
-    return count(json.dumps(instance, indent=2)) + chars + JSON_MARGIN
+    return step.answer.budget(count, spec.constrained(step), step.name)
 
 
 def check_spec(spec: PipelineSpec) -> None:
-    """Refuse what no request can send: an extraction step with no derivable budget."""
+    """Refuse what no request can send: a step whose budget cannot be derived."""
     for step in spec.steps:
-        if step.extract is not None and step.max_tokens is None and unbounded_fields(step.extract):
-            raise UserError(_unbounded_message(step))
-
-
-def _unbounded_message(step: StepSpec) -> str:
-    assert step.extract is not None
-    names = unbounded_fields(step.extract) or ["(the schema)"]
-    return (
-        f"step {step.name!r}: field(s) {names} have no length bound, so no answer budget can "
-        "be derived; give each string a maxLength (each list a maxItems), or set max_tokens "
-        "on the step"
-    )
+        max_tokens(spec, step, byte_count)
 
 
 def budgets(spec: PipelineSpec, count: Callable[[str], int] = byte_count) -> dict[str, int]:
@@ -206,7 +119,7 @@ async def token_counts(
         try:
             async with (
                 asyncio.timeout(timeout),
-                session.post(base + "/tokenize", json=body, headers=headers) as resp,
+                session.post(api_url(base, "/tokenize"), json=body, headers=headers) as resp,
             ):
                 data = await resp.json(content_type=None)
                 ok = resp.status == 200
@@ -223,12 +136,8 @@ def _answer_texts(spec: PipelineSpec) -> list[str]:
     """The texts whose token counts the derived budgets read."""
     texts: list[str] = []
     for step in spec.steps:
-        if step.max_tokens is not None:
-            continue
-        if step.parse is not None and step_mode(spec, step) != "off":
-            texts.extend(allowed_answers(step.parse.choices))
-        elif step.extract is not None and (bound := longest_instance(step.extract.answer_schema)):
-            texts.append(json.dumps(bound[0], indent=2))
+        if step.max_tokens is None and step_mode(spec, step) != "off":
+            texts.extend(step.answer.budget_texts())
     return texts
 
 
@@ -341,7 +250,9 @@ async def probe(
             async with (
                 asyncio.timeout(timeout),
                 session.post(
-                    base + "/v1/chat/completions", json=probe_body(model, mode), headers=headers
+                    api_url(base, "/v1/chat/completions"),
+                    json=probe_body(model, mode),
+                    headers=headers,
                 ) as resp,
             ):
                 try:

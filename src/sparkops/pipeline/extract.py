@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,9 +32,16 @@ import jsonschema  # type: ignore[import-untyped]  # no stubs pinned
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sparkops.errors import UserError
+from sparkops.pipeline.kinds import Count, Mode, Reading
 
 # The label of an extraction step whose answer validated, when it routes on no field.
 OK = "ok"
+# Extra tokens an extraction answer gets over its longest instance (a tokenizer may split
+# a value where the instance's text did not).
+JSON_MARGIN = 8
+# The longest text a JSON number takes (a double's repr) and an integer without a range.
+_NUMBER = -1.2345678901234567e308
+_INTEGER = -9223372036854775808
 
 _TYPES = ("string", "integer", "number", "boolean")
 
@@ -180,6 +188,55 @@ class ExtractSpec(BaseModel):
         assert values is not None
         return [*values, self.default]
 
+    # ---- the answer kind (pipeline/kinds.py) ------------------------------------------
+    @property
+    def held_mode(self) -> Mode:
+        return "json"
+
+    def constraint(self) -> dict[str, Any]:
+        return {"json": self.answer_schema}
+
+    def budget_texts(self) -> list[str]:
+        bound = longest_instance(self.answer_schema)
+        return [] if bound is None else [json.dumps(bound[0], indent=2)]
+
+    def budget(self, count: Count, held: bool, step: str) -> int:
+        """Room for the longest answer the schema allows (held or not: a free answer is read
+        against the same schema)."""
+        bound = longest_instance(self.answer_schema)
+        if bound is None:
+            raise UserError(_unbounded_message(step, self))
+        instance, chars = bound
+        return count(json.dumps(instance, indent=2)) + chars + JSON_MARGIN
+
+    def problem(self, step: str, held: bool) -> str | None:
+        return None
+
+    def holds(self, text: str, cut: bool) -> bool:
+        """A JSON value, or (cut off) the start of an object; the schema is checked in `read`
+        (an answer that fails it is unparsed, not proof the constraint was dropped)."""
+        if cut:
+            return text.lstrip().startswith("{")
+        try:
+            json.loads(text)
+        except ValueError:
+            return False
+        return True
+
+    def read(self, text: str, held: bool, cut: bool) -> Reading:
+        read = read_answer(text, self)
+        entry: dict[str, Any] = {"fields": read.fields}
+        if read.problem is not None:
+            entry["invalid"] = read.problem
+        return Reading(read.label, read.fields is not None, entry=entry)
+
+    def columns(self) -> list[str]:
+        return self.field_names
+
+    def cells(self, entry: dict[str, Any]) -> dict[str, Any]:
+        fields = entry.get("fields")
+        return dict(fields) if isinstance(fields, dict) else {}
+
 
 class Extracted(BaseModel):
     """One answer read against its schema: the fields, or why it is not an answer."""
@@ -204,6 +261,63 @@ def read_answer(text: str | None, spec: ExtractSpec) -> Extracted:
         return Extracted(fields=None, problem=f"{where}: {error.message}"[:200], label=spec.default)
     label = str(obj[spec.route]) if spec.route is not None else OK
     return Extracted(fields=obj, problem=None, label=label)
+
+
+def longest_instance(schema: Mapping[str, Any]) -> tuple[Any, int] | None:
+    """The longest answer `schema` allows, as (a JSON value with every string empty, the
+    string characters it can still hold); None when the schema bounds no length (a string
+    without maxLength, an array without maxItems, a construct this bound does not read)."""
+    if "const" in schema:
+        return schema["const"], 0
+    if "enum" in schema:
+        values = schema["enum"]
+        return (max(values, key=lambda v: len(json.dumps(v))), 0) if values else None
+    kind = schema.get("type")
+    if kind == "boolean":
+        return False, 0
+    if kind == "integer":
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if low is None or high is None:
+            return _INTEGER, 0
+        return max(int(low), int(high), key=lambda b: len(str(b))), 0
+    if kind == "number":
+        return _NUMBER, 0
+    if kind == "string":
+        limit = schema.get("maxLength")
+        return ("", int(limit)) if isinstance(limit, int) else None
+    if kind == "array":
+        items, most = schema.get("items"), schema.get("maxItems")
+        if not isinstance(items, dict) or not isinstance(most, int):
+            return None
+        one = longest_instance(items)
+        return None if one is None else ([one[0]] * most, one[1] * most)
+    if kind == "object":
+        props = schema.get("properties") or {}
+        out: dict[str, Any] = {}
+        chars = 0
+        for name, prop in props.items():
+            one = longest_instance(prop) if isinstance(prop, dict) else None
+            if one is None:
+                return None
+            out[name], extra = one
+            chars += extra
+        return out, chars
+    return None
+
+
+def unbounded_fields(extract: ExtractSpec) -> list[str]:
+    """The fields whose longest value the schema does not bound (no budget derivable)."""
+    props = extract.answer_schema.get("properties") or {}
+    return [n for n, p in props.items() if not isinstance(p, dict) or longest_instance(p) is None]
+
+
+def _unbounded_message(step: str, extract: ExtractSpec) -> str:
+    names = unbounded_fields(extract) or ["(the schema)"]
+    return (
+        f"step {step!r}: field(s) {names} have no length bound, so no answer budget can "
+        "be derived; give each string a maxLength (each list a maxItems), or set max_tokens "
+        "on the step"
+    )
 
 
 @functools.lru_cache(maxsize=64)

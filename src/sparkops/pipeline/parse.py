@@ -19,10 +19,96 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
-from sparkops.pipeline.spec import ParseSpec
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sparkops.pipeline.kinds import FREE_TEXT_MAX_TOKENS, Count, Mode, Reading, byte_count
 
 _WORD = re.compile(r"[\w-]+")
+
+
+class ParseSpec(BaseModel):
+    """A decision: one of `choices` (the `parse:` answer kind, pipeline/kinds.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    choices: list[str] = Field(min_length=1)
+    default: str = "unclear"
+
+    @field_validator("choices")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        """Choices whose allowed forms fold to one text would read as each other."""
+        folded: dict[str, str] = {}
+        for choice in v:
+            if not choice.strip():
+                raise ValueError("a choice is empty; give every choice a word")
+            forms = {form.casefold() for form in allowed_answers([choice])}
+            others = {folded.setdefault(form, choice) for form in forms} - {choice}
+            other = others.pop() if others else choice
+            if other != choice or v.count(choice) > 1:
+                raise ValueError(
+                    f"choices {other!r} and {choice!r} are the same answer once case is "
+                    "ignored (the answer is matched without case); make them distinct"
+                )
+        return v
+
+    @property
+    def labels(self) -> list[str]:
+        """Every label the parser can return (the choices, then the default)."""
+        return [*self.choices, *([self.default] if self.default not in self.choices else [])]
+
+    # ---- the answer kind (pipeline/kinds.py) ------------------------------------------
+    @property
+    def held_mode(self) -> Mode:
+        return "choice"
+
+    def constraint(self) -> dict[str, Any]:
+        return {"choice": allowed_answers(self.choices)}
+
+    def budget_texts(self) -> list[str]:
+        return allowed_answers(self.choices)
+
+    def budget(self, count: Count, held: bool, step: str) -> int:
+        """Held: the longest allowed form in bytes (or tokens, if more) plus the end token: a
+        grammar may spell a word in more tokens than the tokenizer's own split."""
+        if not held:
+            return FREE_TEXT_MAX_TOKENS
+        return max(max(count(form), byte_count(form)) for form in allowed_answers(self.choices)) + 1
+
+    def problem(self, step: str, held: bool) -> str | None:
+        if held and len(self.choices) < 2:  # every answer would be that choice
+            return (
+                f"step {step!r} has one choice {self.choices}, and its answer is held to its "
+                "choices, so every record would answer it: add the other answer(s), e.g. "
+                "[yes, no] (or set constrain: false on the step)"
+            )
+        return None
+
+    def holds(self, text: str, cut: bool) -> bool:
+        if read_held(text, self) is not None:
+            return True
+        folded = text.casefold()
+        return cut and bool(folded) and any(f.startswith(folded) for f in held_forms(self.choices))
+
+    def read(self, text: str, held: bool, cut: bool) -> Reading:
+        """Held: a whole allowed form; one cut off at max_tokens is complete unless it may be
+        the start of a longer choice ("yes" of "yes, urgent"): then no decision. Free: the
+        defensive reader."""
+        if not held:
+            label, parsed = parse_label(text, self)
+            return Reading(label, parsed)
+        choice = read_held(text, self)
+        if choice is None or (cut and cut_prefix(text, self)):
+            return Reading(self.default, False)
+        return Reading(choice, True, complete=cut)
+
+    def columns(self) -> list[str]:
+        return []
+
+    def cells(self, entry: dict[str, Any]) -> dict[str, Any]:
+        return {}
 
 
 def allowed_answers(choices: Sequence[str]) -> list[str]:

@@ -22,6 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sparkops.errors import UserError
 from sparkops.inputs import read_yaml
 from sparkops.pipeline.extract import ExtractSpec, resolve_schema_file
+from sparkops.pipeline.kinds import FREE_TEXT_MAX_TOKENS as FREE_TEXT_MAX_TOKENS
+from sparkops.pipeline.kinds import AnswerKind
+from sparkops.pipeline.parse import ParseSpec as ParseSpec
+from sparkops.pipeline.score import ScoreSpec
 
 STOP = "stop"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -49,47 +53,10 @@ _YamlLoader.add_implicit_resolver(
 )
 
 
-class ParseSpec(BaseModel):
-    """How a step's free-text answer becomes one label."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    choices: list[str] = Field(min_length=1)
-    default: str = "unclear"
-
-    @field_validator("choices")
-    @classmethod
-    def _distinct(cls, v: list[str]) -> list[str]:
-        folded: dict[str, str] = {}
-        for choice in v:
-            if not choice.strip():
-                raise ValueError("a choice is empty; give every choice a word")
-            forms = {
-                f.casefold() for f in (choice, choice.lower(), choice.capitalize(), choice.upper())
-            }
-            others = {folded.setdefault(form, choice) for form in forms} - {choice}
-            other = others.pop() if others else choice
-            if other != choice or v.count(choice) > 1:
-                raise ValueError(
-                    f"choices {other!r} and {choice!r} are the same answer once case is "
-                    "ignored (the answer is matched without case); make them distinct"
-                )
-        return v
-
-    @property
-    def labels(self) -> list[str]:
-        """Every label the parser can return (the choices, then the default)."""
-        return [*self.choices, *([self.default] if self.default not in self.choices else [])]
-
-
-# What an unconstrained choice step may write when its YAML sets no max_tokens (room for a
-# short sentence: a free-text answer names its choice somewhere in it).
-FREE_TEXT_MAX_TOKENS = 16
-
-
 class StepSpec(BaseModel):
     """One step: a fixed system prompt, a user template filled from the record, and what the
-    answer is: one of `parse`'s choices (a decision) or `extract`'s fields (pipeline/extract.py).
+    answer is (`answer`, pipeline/kinds.py): one of `parse`'s choices (a decision),
+    `extract`'s fields (pipeline/extract.py) or a `score` in a range (pipeline/score.py).
 
     `constrain` (default: the pipeline's, itself default true) holds the answer to those
     choices or that schema on the server (pipeline/constrain.py); `max_tokens` left unset is
@@ -105,32 +72,40 @@ class StepSpec(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0)
     parse: ParseSpec | None = None
     extract: ExtractSpec | None = None
+    score: ScoreSpec | None = None
     constrain: bool | None = None
     next: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _one_answer_kind(self) -> StepSpec:
-        if (self.parse is None) == (self.extract is None):
+        if len(self._kinds()) != 1:
             raise ValueError(
-                "a step reads its answer one way: give it parse: {choices: [...]} (a decision) "
-                "or extract: {fields: {...}} (fields to extract), not both or neither"
+                "a step reads its answer one way: give it parse: {choices: [...]} (a decision), "
+                "extract: {fields: {...}} (fields to extract) or score: {range: [1, 5]} (a "
+                "score), one of them, not both or neither"
             )
         return self
+
+    def _kinds(self) -> list[AnswerKind]:
+        kinds: list[AnswerKind | None] = [self.parse, self.extract, self.score]
+        return [kind for kind in kinds if kind is not None]
+
+    @property
+    def answer(self) -> AnswerKind:
+        """What this step's answer is (pipeline/kinds.py): every rule that depends on the
+        kind of answer asks it."""
+        (kind,) = self._kinds()
+        return kind
 
     @property
     def labels(self) -> list[str]:
         """Every label the step's answer can become (what `next` routes on)."""
-        if self.parse is not None:
-            return self.parse.labels
-        assert self.extract is not None
-        return self.extract.labels
+        return self.answer.labels
 
     @property
     def default(self) -> str:
         """The label an answer that cannot be read takes."""
-        answer = self.parse if self.parse is not None else self.extract
-        assert answer is not None
-        return answer.default
+        return self.answer.default
 
     @field_validator("system")
     @classmethod
@@ -201,13 +176,8 @@ class PipelineSpec(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"step names must be unique, got {names}")
         for step in self.steps:
-            if step.parse is not None and len(step.parse.choices) < 2 and self.constrained(step):
-                # held to one choice, every answer is that choice: a decision nobody made
-                raise ValueError(
-                    f"step {step.name!r} has one choice {step.parse.choices}, and its answer is "
-                    "held to its choices, so every record would answer it: add the other "
-                    "answer(s), e.g. [yes, no] (or set constrain: false on the step)"
-                )
+            if (problem := step.answer.problem(step.name, self.constrained(step))) is not None:
+                raise ValueError(problem)
             if step.next is None:
                 continue
             for label, target in step.next.items():
@@ -269,8 +239,9 @@ class PipelineSpec(BaseModel):
             # by name), and the keys added with constraining are left out while unused, so
             # a pipeline written before them keeps its fingerprint (its jobs still resume)
             step.pop("constrain", None)
-            if step.get("extract") is None:
-                step.pop("extract", None)
+            for kind in ("extract", "score"):  # kinds added later: absent while unused
+                if step.get(kind) is None:
+                    step.pop(kind, None)
             if step.get("max_tokens") is None and step.get("parse") is not None:
                 step["max_tokens"] = FREE_TEXT_MAX_TOKENS
         blob = json.dumps(dump, sort_keys=True).encode()

@@ -4,9 +4,10 @@ results.jsonl keeps everything (each step's raw answer, tokens, the model that a
 a researcher opens the CSV in a spreadsheet or pandas. Columns: `id`, `status`, `final`,
 then per step of the pipeline, in order, its label (`<step>`), whether that label was read
 from the answer (`<step>.parsed`: false means the answer could not be read and the step's
-default route was taken), and for an extraction step one column per field
-(`<step>.<field>`); `error` last. A step a record never reached is empty. Rebuilt from
-results.jsonl at the end of every `batch run`, so it always matches the journal: one row per
+default route was taken), and the columns the step's kind adds (pipeline/kinds.py: one per
+extracted field, `<step>.<field>`; a score step's `<step>.score`); `error` last. A step a
+record never reached is empty. Rebuilt from results.jsonl at the end of every `batch run`, so
+it always matches the journal: one row per
 record, from the line the journal counts (its first: jobdir/lines.read_results), so a line
 repeated by a crash between write and sync is not a second row.
 
@@ -31,6 +32,7 @@ from typing import Any
 
 from sparkops.files import write_atomic
 from sparkops.jobdir import lines
+from sparkops.pipeline.kinds import AnswerKind
 from sparkops.pipeline.spec import PipelineSpec
 
 TABLE = "results.csv"
@@ -52,8 +54,7 @@ def columns(spec: PipelineSpec) -> list[str]:
     out = ["id", "status", "final"]
     for step in spec.steps:
         out += [step.name, f"{step.name}.parsed"]
-        if step.extract is not None:
-            out += [f"{step.name}.{f}" for f in step.extract.field_names]
+        out += [f"{step.name}.{column}" for column in step.answer.columns()]
     return [*out, "error"]
 
 
@@ -86,11 +87,18 @@ def row(obj: dict[str, Any], spec: PipelineSpec) -> dict[str, str]:
         name = entry["step"]
         out[name] = _cell(entry.get("answer"))
         out[f"{name}.parsed"] = _cell(entry.get("parsed"))
-        fields = entry.get("fields")
-        if isinstance(fields, dict):
-            for key, value in fields.items():
-                out[f"{name}.{key}"] = _cell(value)
+        kind = _kind(spec, name)
+        for key, value in (kind.cells(entry) if kind is not None else {}).items():
+            out[f"{name}.{key}"] = _cell(value)
     return out
+
+
+def _kind(spec: PipelineSpec, name: str) -> AnswerKind | None:
+    """The answer kind of step `name` (None: a line from a step the pipeline no longer has)."""
+    try:
+        return spec.step(name).answer
+    except KeyError:
+        return None
 
 
 def write_table(directory: Path, spec: PipelineSpec) -> Path:
