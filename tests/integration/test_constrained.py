@@ -120,6 +120,32 @@ def test_an_extraction_step_s_fields_reach_the_csv(real_vllm_server: Server, tmp
         assert json.loads(line["steps"][0]["raw"]) == line["steps"][0]["fields"]
 
 
+def test_a_score_step_holds_the_real_model_to_its_range_and_routes_by_band(
+    real_vllm_server: Server, tmp_path
+):
+    """Issue 38 item 1: the bundled score pipeline on the real model: every severity answer is
+    a number of 0..4, routed to its band, and results.csv has its `severity.score` column."""
+    from sparkops.samples import HERE
+
+    job = _job(tmp_path, SCREEN.format(top=""), 8)
+    job["pipeline"] = HERE / "stroke-triage-severity.yaml"
+    proc = sparkops(*batch_run(job, real_vllm_server.openai_url))
+    assert proc.returncode == 0, proc.stderr
+    assert "8 done, 0 errors" in proc.stdout
+    scored = [line for line in _results(job) if len(line["steps"]) == 2]
+    for line in scored:
+        severity = line["steps"][1]
+        assert severity["parsed"] is True and severity["raw"] in "01234", severity
+        assert severity["score"] == int(severity["raw"])
+        assert line["final"] == ("minor" if severity["score"] <= 1 else "major")
+    with (job["out"] / "results.csv").open(newline="") as handle:
+        rows = {row["id"]: row for row in csv.DictReader(handle)}
+    for line in scored:
+        assert rows[line["id"]]["severity.score"] == line["steps"][1]["raw"]
+    manifest = json.loads((job["out"] / "manifest.json").read_text())
+    assert manifest["constraints"] == {"screen": "choice", "severity": "choice"}
+
+
 def test_a_router_that_drops_the_constraint_is_refused_before_any_record(
     real_vllm_server: Server, rewriting_proxy, tmp_path
 ):
