@@ -363,3 +363,41 @@ def test_the_prefix_probe_still_builds_its_empty_record(tmp_path):
     step = _step(tmp_path)
     fixed = build_messages(step, probe_records(step)[2])  # every field "" on purpose
     assert fixed[-1]["content"] == "[id:] Note: "
+
+
+def test_a_number_column_is_sent_and_a_number_in_a_text_column_is_refused():
+    """A field the first record holds as a number (`"age": 62`) is a number column: its
+    numbers are values. A number where the first record has text is a shifted column."""
+    from sparkops.batch.fate import RecordState
+    from sparkops.batch.records import Record
+    from sparkops.batch.workload import Pipeline
+    from sparkops.pipeline.spec import parse_pipeline
+
+    spec = parse_pipeline(
+        {
+            "name": "t",
+            "model": "m",
+            "steps": [
+                {
+                    "name": "s",
+                    "user": "Age: {age}. Note: {text}",
+                    "parse": {"choices": ["yes", "no"]},
+                }
+            ],
+        }
+    )
+    work = Pipeline(spec)
+    work.check_first(Record("r1", 1, {"text": "a note", "age": 62}), Path("in.jsonl"))
+
+    def sent(fields: dict) -> str:
+        _, body = work.request(RecordState(Record("r2", 2, fields), "s"), None)
+        return body["messages"][-1]["content"]
+
+    assert sent({"text": "x", "age": 70}) == "Age: 70. Note: x"
+    assert sent({"text": "x", "age": 70.5}) == "Age: 70.5. Note: x"
+    assert sent({"text": "x", "age": "seventy"}) == "Age: seventy. Note: x"
+    with pytest.raises(RecordError, match="field 'text' holds a number") as caught:
+        sent({"text": 8675309, "age": 70})
+    assert "8675309" not in str(caught.value)
+    with pytest.raises(RecordError, match="field 'age' is empty"):
+        sent({"text": "x", "age": None})

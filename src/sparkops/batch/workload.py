@@ -23,7 +23,7 @@ from sparkops.batch.records import InputKind, InputProblem, Record
 from sparkops.errors import UserError
 from sparkops.jobdir.lines import CUT_OFF
 from sparkops.pipeline import constrain
-from sparkops.pipeline.prompt import RecordError, build_request
+from sparkops.pipeline.prompt import RecordError, build_request, is_number
 from sparkops.pipeline.route import next_step
 from sparkops.pipeline.spec import PipelineSpec, StepSpec
 
@@ -142,6 +142,9 @@ class Pipeline:
     # each step's max_tokens: derived with byte counts here, with the server's tokenizer
     # once `check_server` has asked it (pipeline/constrain.py)
     budget: dict[str, int] = field(default_factory=dict)
+    # the fields the input's first record holds as numbers (`check_first`): a number there
+    # is a value, elsewhere a shifted column (pipeline/prompt.py)
+    numbers: set[str] = field(default_factory=set)
     journal_key = "id"
     want_text = True
 
@@ -186,7 +189,8 @@ class Pipeline:
 
     def check_first(self, first: Record, source: Path) -> None:
         """A field a step's template names but the first record lacks would fail every
-        record the same way."""
+        record the same way. Learns which fields are number columns."""
+        self.numbers.update(name for name, value in first.fields.items() if is_number(value))
         for step in self.spec.steps:
             missing = [f for f in step.fields if f not in first.fields]
             if missing:
@@ -205,6 +209,7 @@ class Pipeline:
             state.record.fields,
             self.budget.get(step.name),
             constrain.structured_outputs(self.spec, step),
+            self.numbers,
         )
         return "/v1/chat/completions", body
 

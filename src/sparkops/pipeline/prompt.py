@@ -4,15 +4,19 @@ Shared text first, record last: the system message is the step's fixed instructi
 byte-identical for every record, and the user message is the template filled from the
 record. That order is what lets vLLM's prefix cache reuse the instructions.
 
-A request is built only from text: a field the step's template names that is missing, null,
-empty or not a string (a number, true/false, a list, an object) is the record's error, never
-sent. Sent, `"text": null` became "Note: " and `"text": 12345` "Note: 12345", and the model
-decided them like any note; a number where the note should be is usually a shifted column.
+A request is built only from values the record really holds: a field the step's template
+names that is missing, null, empty, a list or an object is the record's error, never sent; so
+is a number (or true/false) in a field that the input's first record holds as text. Sent,
+`"text": null` became "Note: " and `"text": 12345` "Note: 12345", and the model decided them
+like any note; a number where the note should be is usually a shifted column. A field that
+the first record holds as a number (`"age": 62`) is a number column: its numbers are sent
+as JSON writes them (`62`, `true`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sparkops.pipeline.spec import FREE_TEXT_MAX_TOKENS, StepSpec
@@ -42,12 +46,14 @@ def build_request(
     record: Mapping[str, Any],
     max_tokens: int | None = None,
     structured_outputs: dict[str, Any] | None = None,
+    numbers: Collection[str] = (),
 ) -> dict[str, Any]:
     """The /v1/chat/completions body for one call: `max_tokens` is the step's budget
     (pipeline/constrain.py derives it when the step sets none), `structured_outputs` the
     constraint the server holds the answer to (None: a free-text answer). RecordError when
-    a field the step names is missing, empty or not text (`check_fields`)."""
-    check_fields(step, record)
+    a field the step names is missing, empty or not text (`check_fields`; `numbers`: the
+    fields the input's first record holds as numbers, where a number is a value)."""
+    check_fields(step, record, numbers)
     body = {
         "model": model,
         "messages": build_messages(step, record),
@@ -59,13 +65,13 @@ def build_request(
     return body
 
 
-def check_fields(step: StepSpec, record: Mapping[str, Any]) -> None:
+def check_fields(step: StepSpec, record: Mapping[str, Any], numbers: Collection[str] = ()) -> None:
     """RecordError when a field `step`'s template names is missing from `record`, or holds
-    no text to send (see the module docstring). The message names the field and why, never
+    nothing to send (see the module docstring). The message names the field and why, never
     its value: records are patient data."""
     _refuse_missing(step, record)
     for name in step.fields:
-        if (why := _not_text(record[name])) is not None:
+        if (why := _not_text(record[name], name in numbers)) is not None:
             raise RecordError(f"field {name!r} {why}")
 
 
@@ -78,12 +84,20 @@ def _refuse_missing(step: StepSpec, record: Mapping[str, Any]) -> None:
         )
 
 
-def _not_text(value: Any) -> str | None:
-    """Why `value` is no text to send (None when it is a non-blank string)."""
+def is_number(value: Any) -> bool:
+    """A JSON number or true/false: what a number column holds."""
+    return isinstance(value, int | float | bool)
+
+
+def _not_text(value: Any, number_column: bool) -> str | None:
+    """Why `value` is nothing to send (None when it is a non-blank string, or a number in a
+    number column)."""
     if isinstance(value, str):
         return None if value.strip() else _EMPTY.format(what="empty")
     if value is None:
         return _EMPTY.format(what="empty (null)")
+    if number_column and is_number(value):
+        return None
     if isinstance(value, bool):
         return f"holds true/false, not text; not sent: {_CHECK}"
     if isinstance(value, int | float):
@@ -103,4 +117,6 @@ _CHECK = "check the input (write the value as a JSON string if it is meant)"
 
 
 def _text(value: Any) -> str:
-    return "" if value is None else str(value)
+    if value is None:
+        return ""
+    return json.dumps(value) if is_number(value) else str(value)
