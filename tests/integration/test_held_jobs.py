@@ -79,6 +79,11 @@ def test_a_router_that_strips_the_constraint_from_a_share_of_calls_costs_retries
     sent_again = sum(fault_server.requests.values()) - len(ids)
     (end,) = [e for e in _runs(job) if e["event"] == "end"]
     assert sent_again >= 10 and sum(end["unheld"].values()) == sent_again
+    status = sparkops("batch", "status", str(job["out"]), limit=30)
+    assert f"{sent_again:,} answer(s) from " in status.stdout
+    assert "outside their step's allowed answers" in status.stdout
+    said = json.loads(sparkops("batch", "status", str(job["out"]), "--json", limit=30).stdout)
+    assert sum(said["unheld_answers"].values()) == sent_again
 
 
 def test_a_probe_answered_503_once_is_asked_again(job, fault_server):

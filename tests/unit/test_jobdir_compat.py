@@ -59,7 +59,7 @@ def read_all(directory: Path) -> dict[str, Any]:
     assert setup is not None
     return _normal(
         {
-            "report": compute_report(load_dir(directory)),
+            "report": compute_report(load_dir(directory)).to_json(),
             "status": job_status(directory).as_dict(),
             "setup": dataclasses.asdict(setup),
             "serving_log": {"baseline": log.baseline, "last": log.last, "epoch": log.epoch},
@@ -88,6 +88,7 @@ ADDED = {
             "damaged_lines": 0,
             "repeated_lines": 0,
             "other_model_answers": [],
+            "unheld_answers": {},
         },
         "level": {"steady_samples": 5, "steady_s": 1024.0},
     },
@@ -107,6 +108,7 @@ ADDED = {
             "damaged_lines": 0,
             "repeated_lines": 0,
             "other_model_answers": [],
+            "unheld_answers": {},
         },
         "level": {"steady_samples": None, "steady_s": None},
     },

@@ -427,6 +427,15 @@ class RunEvent:
         clock (None: no record finished, or a line from an older client)."""
         return _number(self.extra.get("active_s"))
 
+    @property
+    def unheld(self) -> dict[str, int]:
+        """end: per endpoint, answers outside a constrained step's allowed set, sent again
+        (the server did not hold the constraint: batch/stop_rules.Unheld)."""
+        value = self.extra.get("unheld")
+        if not isinstance(value, dict):
+            return {}
+        return {str(k): int(n) for k, v in value.items() if (n := _number(v)) is not None}
+
     def to_json(self) -> dict[str, Any]:
         return {"event": self.event, "run": self.run, "t": self.t, **self.extra}
 

@@ -79,6 +79,8 @@ class JobStatus:
     damage: lines.ResultsDamage = field(default_factory=lines.ResultsDamage)
     # answers from a model other than the pipeline's (kept without --strict-serving)
     other_models: tuple[OtherModelAnswers, ...] = ()
+    # per endpoint, answers outside a constrained step's allowed set (sent again, never kept)
+    unheld: dict[str, int] = field(default_factory=dict)
 
     @property
     def errors(self) -> int:
@@ -114,6 +116,7 @@ class JobStatus:
             "damaged_lines": self.damage.damaged,
             "repeated_lines": self.damage.repeated,
             "other_model_answers": [x.as_dict() for x in self.other_models],
+            "unheld_answers": dict(self.unheld),
         }
 
 
@@ -133,12 +136,14 @@ def job_status(directory: Path) -> JobStatus:
     runs = 0
     last_start = None
     ended: set[int] = set()
+    unheld: Counter[str] = Counter()
     for event in lines.run_events(job.runs):
         if event.event == "start":
             runs += 1
             last_start = event.run
         elif event.event == "end":
             ended.add(event.run)
+            unheld.update(event.unheld)
     return JobStatus(
         manifest.total,
         done,
@@ -150,6 +155,7 @@ def job_status(directory: Path) -> JobStatus:
         truncated,
         damage,
         other_model_answers(models, serving_lines(directory / SERVING)),
+        dict(unheld),
     )
 
 
@@ -178,6 +184,11 @@ def status_line(directory: Path, st: JobStatus) -> str:
         )
     for other in st.other_models:
         line += "; " + other.sentence()
+    for endpoint, count in sorted(st.unheld.items()):
+        line += (
+            f"; {count:,} answer(s) from {endpoint} were outside their step's allowed answers "
+            "(it did not hold the structured-output constraint): sent again, none kept"
+        )
     return line
 
 
