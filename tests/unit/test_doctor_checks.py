@@ -12,10 +12,17 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 
 from sparkops.doctor import checks
-from sparkops.doctor.preflight import SettingsError, gpu_verdict, parse_settings, preflight
+from sparkops.doctor.preflight import (
+    Settings,
+    SettingsError,
+    gpu_verdict,
+    parse_settings,
+    preflight,
+)
 
 ROOT = Path(__file__).resolve().parents[1].parent
 FILTERS = ROOT / "ansible" / "plugins" / "filter"
@@ -80,7 +87,27 @@ def healthy_facts() -> dict:
     }
 
 
-SETTINGS = {"vllm_container": "sparkops-vllm-1", "concurrency": "8", "drop_caches": True}
+PLAYBOOK = ROOT / "ansible" / "playbooks" / "preflight.yml"
+PREFLIGHT_VARS = yaml.safe_load((ROOT / "ansible/playbooks/vars/preflight.yml").read_text())
+
+
+def playbook_defaults() -> dict:
+    """The settings' defaults as preflight.yml declares them (where they are written once),
+    less the two it takes from the deploy's defaults (templates, set by the tests)."""
+    found = {}
+    for name in Settings.model_fields:
+        value = PREFLIGHT_VARS[f"sparkops_preflight_{name}"]
+        if not (isinstance(value, str) and "{{" in value):
+            found[name] = value
+    return found
+
+
+SETTINGS = playbook_defaults() | {
+    "vllm_url": "http://127.0.0.1:8000",
+    "vllm_container": "sparkops-vllm-1",
+    "concurrency": "8",
+    "drop_caches": True,
+}
 
 
 def by_name(summary: dict) -> dict:
@@ -322,9 +349,40 @@ def test_low_disk_fails():
 )
 def test_a_bad_setting_names_the_variable(settings, words):
     with pytest.raises(SettingsError, match=words):
-        parse_settings(settings)
+        parse_settings(SETTINGS | settings)
     with pytest.raises(AnsibleFilterError, match=words):
-        PREFLIGHT_FILTER(healthy_facts(), settings)
+        PREFLIGHT_FILTER(healthy_facts(), SETTINGS | settings)
+
+
+def test_a_missing_setting_names_the_variable():
+    settings = {k: v for k, v in SETTINGS.items() if k != "min_free_disk_gib"}
+    with pytest.raises(SettingsError, match="sparkops_preflight_min_free_disk_gib: Field required"):
+        parse_settings(settings)
+
+
+def test_the_settings_defaults_are_written_once_in_preflight_yml():
+    """preflight.yml declares every setting the verdicts read (a user reads and overrides
+    them there); the checks hold no second copy of a default but the concurrency's, which
+    preflight.yml leaves to the batch client's ("" unless the inventory plans one)."""
+    declared = {f"sparkops_preflight_{name}" for name in Settings.model_fields}
+    assert declared <= set(PREFLIGHT_VARS)
+    with_default = {n for n, f in Settings.model_fields.items() if not f.is_required()}
+    assert with_default == {"concurrency"}
+    assert PREFLIGHT_VARS["sparkops_preflight_concurrency"] == (
+        "{{ vllm_serving_concurrency | default('', true) }}"
+    )
+    assert len(playbook_defaults()) == 8  # the literals once written twice
+
+
+def test_the_play_hands_the_filter_every_setting():
+    """The task that judges the facts passes each setting from its variable; concurrency
+    only when planned (else the checks' default)."""
+    tasks = [t for play in yaml.safe_load(PLAYBOOK.read_text()) for t in play.get("tasks", [])]
+    judge = next(t for t in tasks if t.get("name") == "Judge the gathered facts")
+    passed = judge["vars"]["_sparkops_preflight_settings"]
+    assert set(passed) | {"concurrency"} == set(Settings.model_fields)
+    assert passed == {name: f"{{{{ sparkops_preflight_{name} }}}}" for name in passed}
+    assert "'concurrency': sparkops_preflight_concurrency" in judge["vars"]["settings"]
 
 
 def test_every_check_has_a_fix_when_it_fails():

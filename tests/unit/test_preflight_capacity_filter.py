@@ -1,5 +1,5 @@
 """preflight.yml's concurrency against the server's --max-num-seqs (issue 34 item 7): the
-filter applies the rule `sparkops batch` applies before a job (sparkops.jobdir.identity),
+filter applies the rule `sparkops batch` applies before a job (sparkops.vocabulary),
 so both say the same sentence; with no planned value it uses the doctor's one default."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from sparkops.doctor.preflight import Settings
-from sparkops.jobdir.identity import capacity, capacity_warning
+from sparkops.vocabulary import capacity, capacity_warning
 
 FILTERS = Path(__file__).resolve().parents[2] / "ansible" / "plugins" / "filter"
 spec = importlib.util.spec_from_file_location("sparkops_doctor", FILTERS / "sparkops_doctor.py")

@@ -24,7 +24,7 @@ if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 try:
     from sparkops.doctor.preflight import Settings, SettingsError, preflight
-    from sparkops.jobdir.identity import capacity, capacity_warning
+    from sparkops.vocabulary import capacity, capacity_warning
 except ImportError as exc:  # pragma: no cover - depends on the controller's environment
     raise AnsibleFilterError(
         f"sparkops_preflight needs pydantic on the controller ({exc}): run ansible-playbook "
@@ -44,7 +44,7 @@ def sparkops_preflight(facts, settings) -> dict:
 
 def sparkops_capacity_warning(stack_record_text, concurrency=None) -> str:
     """The sentence `sparkops batch` says before a job whose concurrency is above the server's
-    --max-num-seqs (sparkops.jobdir.identity: one rule, both places), for the planned
+    --max-num-seqs (sparkops.vocabulary: one rule, both places), for the planned
     concurrency preflight.yml judges ("" none: the preflight's default) and the deploy's stack
     record; "" when it fits, or when the record or its --max-num-seqs is unknown."""
     try:

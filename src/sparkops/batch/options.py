@@ -48,6 +48,10 @@ from sparkops.errors import UserError
 from sparkops.openai_http import normalise_base
 from sparkops.privacy import has_credentials, redact
 
+# Requests in flight when --concurrency is not given: written once in sparkops.vocabulary
+# (doctor/preflight.py's KV-cache verdict assumes the same unless the inventory names another).
+from sparkops.vocabulary import DEFAULT_CONCURRENCY as DEFAULT_CONCURRENCY
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -76,9 +80,6 @@ STATUS_INTERVAL_S = 30.0
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Interval = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-# Requests in flight when --concurrency is not given; written once (doctor/preflight.py's
-# KV-cache verdict assumes the same unless the inventory names another).
-DEFAULT_CONCURRENCY = 1000
 
 
 class EngineSettings(BaseModel):

@@ -27,31 +27,19 @@ Pure: no I/O, so the classification is tested on constructed answers.
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sparkops.batch.retry import is_retryable
 
+# The kinds are shared vocabulary (the job folder writes their values into OpenAI error
+# objects): defined in sparkops.vocabulary, the client's name for them stays this one.
+from sparkops.vocabulary import Kind as Kind
+
 # The endpoint is wrongly set up (key, path, proxy login): every record gets the same answer.
 ENDPOINT_STATUS = frozenset({401, 403, 404, 407})
 _NUMBER = re.compile(r"\d+(\.\d+)?")
-
-
-class Kind(enum.Enum):
-    """What went wrong with one attempt (the values are written to results lines)."""
-
-    TRANSPORT = "transport"  # refused, reset, closed without an answer
-    TIMEOUT = "timeout"  # --request-timeout passed
-    HTTP_STATUS = "http_status"  # a non-200 answer; see Failure.code
-    NO_TEXT = "no_text"  # a 200 without an answer in it (no choices, content null, tool call)
-    MALFORMED_ANSWER = "malformed_answer"  # a 200 whose choice is not an object
-    RECORD = "record"  # the request cannot be built from this record
-    REROUTED = "rerouted"  # cancelled because its endpoint stalled: sent elsewhere, no attempt
-    STALLED_ALONE = "stalled_alone"  # this record's call made no progress while others did
-    UNFINISHED = "unfinished"  # a 200 whose answer did not finish (finish_reason abort, null)
-    UNHELD = "unheld"  # a constrained step's answer outside its allowed set: not held
 
 
 @dataclass(frozen=True, slots=True)

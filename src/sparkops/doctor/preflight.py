@@ -19,27 +19,33 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sparkops.batch.options import DEFAULT_CONCURRENCY
 from sparkops.doctor import checks
 from sparkops.doctor.checks import Check
+from sparkops.vocabulary import DEFAULT_CONCURRENCY
 
 
 class Settings(BaseModel):
-    """preflight.yml's variables the verdicts depend on (sparkops_preflight_<name>)."""
+    """preflight.yml's variables the verdicts depend on (sparkops_preflight_<name>).
+
+    Their defaults are written once, in ansible/playbooks/vars/preflight.yml, where a user
+    reads and overrides them (the play uses most of them itself), and the play passes every
+    one: so none has a default here but the concurrency, which the play leaves to the
+    batch client's own default (sparkops.vocabulary) unless the inventory plans another.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    drop_caches: bool = True
-    min_available_gib: float = 8
-    min_available_gib_wsl2: float = 16
-    vllm_url: str = "http://127.0.0.1:8000"
-    vllm_container: str = ""
-    hash_algo: str = "xxhash"
-    concurrency: int = DEFAULT_CONCURRENCY  # the batch client's (batch/options.py)
-    tokens_per_request: int = 300
-    max_kv_usage: float = 0.70
-    output_dir: str = "/var/lib/sparkops"
-    min_free_disk_gib: float = 20
+    drop_caches: bool
+    min_available_gib: float
+    min_available_gib_wsl2: float
+    vllm_url: str
+    vllm_container: str
+    hash_algo: str
+    concurrency: int = DEFAULT_CONCURRENCY
+    tokens_per_request: int
+    max_kv_usage: float
+    output_dir: str
+    min_free_disk_gib: float
 
 
 class SettingsError(ValueError):

@@ -26,6 +26,12 @@ from typing import Any
 
 from sparkops.metrics.scrape import info_labels
 
+# The capacity rule (concurrency against --max-num-seqs) lives in sparkops.vocabulary, where
+# the preflight filter reads it too; re-exported for the serving record's writer.
+from sparkops.vocabulary import capacity as capacity
+from sparkops.vocabulary import capacity_warning as capacity_warning
+from sparkops.vocabulary import max_num_seqs as max_num_seqs
+
 Identity = dict[str, str]
 
 # Labels of vllm:cache_config_info that name the scrape, not the engine's configuration.
@@ -136,63 +142,3 @@ def _shown(value: str | None) -> str:
     if value is None:
         return "(absent)"
     return value if value != "" else "(none)"
-
-
-# ---- capacity: the job's concurrency against the server's --max-num-seqs -----------------
-
-
-def max_num_seqs(stack: Mapping[str, Any] | None) -> int | None:
-    """The server's `--max-num-seqs` from a stack record's vLLM command (the deploy's
-    stack-record.json or the one `sparkops local up` writes), None when there is no record or
-    its command does not set it: vLLM's default depends on its version and the hardware, so
-    it is not guessed, and vLLM's /metrics does not publish it (`vllm:cache_config_info`
-    carries the cache configuration, not the scheduler's)."""
-    command = stack.get("command") if isinstance(stack, Mapping) else None
-    if not isinstance(command, list):
-        return None
-    args = [str(a) for a in command]
-    for i, arg in enumerate(args):
-        if arg == "--max-num-seqs" and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith("--max-num-seqs="):
-            value = arg.partition("=")[2]
-        else:
-            continue
-        try:
-            seqs = int(value)
-        except ValueError:
-            return None
-        return seqs if seqs > 0 else None
-    return None
-
-
-def capacity(
-    stack: Mapping[str, Any] | None, concurrency: int, endpoints: int
-) -> dict[str, Any] | None:
-    """What the serving record keeps about capacity (None when --max-num-seqs is unknown):
-    the server's limit, the job's concurrency, the calls one endpoint gets (the client
-    spreads them evenly) and whether that is more than the server runs at once."""
-    seqs = max_num_seqs(stack)
-    if seqs is None:
-        return None
-    per_endpoint = -(-concurrency // max(1, endpoints))
-    return {
-        "max_num_seqs": seqs,
-        "concurrency": concurrency,
-        "per_endpoint": per_endpoint,
-        "over": per_endpoint > seqs,
-    }
-
-
-def capacity_warning(cap: Mapping[str, Any] | None) -> str | None:
-    """The sentence said before the job when its concurrency is above --max-num-seqs."""
-    if not cap or not cap.get("over"):
-        return None
-    per, seqs = cap["per_endpoint"], cap["max_num_seqs"]
-    spread = "" if per == cap["concurrency"] else f" ({per} per endpoint)"
-    return (
-        f"--concurrency {cap['concurrency']}{spread} is above the server's --max-num-seqs "
-        f"{seqs}: about {per - seqs} requests at a time wait in the server's queue instead of "
-        f"running (the report shows them as waiting requests); lower --concurrency to {seqs} "
-        "or raise --max-num-seqs"
-    )

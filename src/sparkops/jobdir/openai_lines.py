@@ -36,6 +36,7 @@ from typing import Any
 from sparkops.jobdir import lines
 from sparkops.jobdir.durable import dumps_line, fsync_fd, open_append, write_all
 from sparkops.jobdir.folder import META
+from sparkops.vocabulary import Kind
 
 # A request succeeded: a 2xx answer whose body is a JSON object, and no error (the rule is
 # jobdir/lines.py's, which reads the line back with it).
@@ -89,14 +90,14 @@ def _error_body(status: int, message: str | None) -> dict[str, Any]:
     }
 
 
-# The `BatchError` code of a failure without an HTTP answer, by the failure's kind (the
-# values of batch/outcome.Kind that can end a record without one). A call that hung while
-# its endpoint answered others (stalled_alone) keeps the code earlier releases wrote.
+# The `BatchError` code of a failure without an HTTP answer, by the failure's kind as results
+# lines write it (the kinds that can end a record without one). A call that hung while its
+# endpoint answered others (stalled_alone) keeps the code earlier releases wrote.
 ERROR_CODES = {
-    "timeout": "timeout",
-    "transport": "connection_error",
-    "record": "invalid_request",  # the line could not become a request
-    "stalled_alone": "invalid_request",
+    Kind.TIMEOUT.value: "timeout",
+    Kind.TRANSPORT.value: "connection_error",
+    Kind.RECORD.value: "invalid_request",  # the line could not become a request
+    Kind.STALLED_ALONE.value: "invalid_request",
 }
 
 
