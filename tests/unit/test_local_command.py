@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from sparkops.local import server
@@ -52,3 +53,18 @@ def test_the_local_server_spells_no_vllm_flag_itself():
     source = Path(server.__file__).read_text()
     for flag in ("--enable-prefix-caching", "--served-model-name", "--enforce-eager", '"--port"'):
         assert flag not in source
+
+
+def test_local_command_takes_the_server_settings_whole():
+    """One settings object, not its fields one by one (it took 8 parameters, issue 38)."""
+    settings = server.ServerSettings(
+        model="smollm2", host="0.0.0.0", max_num_seqs=2, eager=False, extra_args=("--seed", "1")
+    )
+    argv = command.local_command("/py", "/m", 8001, settings)
+    assert argv == server.server_command(Path("/py"), Path("/m"), 8001, settings)
+    assert argv[argv.index("--served-model-name") + 1] == "smollm2"
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert argv[argv.index("--max-num-seqs") + 1] == "2"
+    assert "--enforce-eager" not in argv
+    assert argv[-2:] == ["--seed", "1"]
+    assert len(inspect.signature(command.local_command).parameters) == 4

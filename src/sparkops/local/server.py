@@ -152,16 +152,7 @@ def server_command(
     python: Path, model_dir: Path, port: int, settings: ServerSettings = ServerSettings()
 ) -> list[str]:
     """The vLLM command line, built where every vLLM command is (render.command)."""
-    return local_command(
-        str(python),
-        str(model_dir),
-        host=settings.host,
-        port=port,
-        served_model_name=settings.model,
-        max_num_seqs=settings.max_num_seqs,
-        eager=settings.eager,
-        extra_args=settings.extra_args,
-    )
+    return local_command(str(python), str(model_dir), port, settings)
 
 
 def _log_tail(path: str | Path, lines: int = 30) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Protocol
 
 from sparkops.profiles import Profile, VllmArgs, async_scheduling_flag
 
@@ -117,44 +118,62 @@ def serve_command(
     ]
 
 
-def local_command(
-    python: str,
-    model_dir: str,
-    *,
-    host: str,
-    port: int,
-    served_model_name: str,
-    max_num_seqs: int | None = None,
-    eager: bool = True,
-    extra_args: Sequence[str] = (),
-) -> list[str]:
+class LocalServing(Protocol):
+    """What a local vLLM-CPU server's command is made of, besides where it runs: the settings
+    of `sparkops local up` (local.server.ServerSettings is one; render may not import local,
+    so this names the fields it reads)."""
+
+    @property
+    def model(self) -> str:
+        """The served model name."""
+        ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def max_num_seqs(self) -> int | None:
+        """None leaves vLLM's default."""
+        ...
+
+    @property
+    def eager(self) -> bool:
+        """Skip torch.compile."""
+        ...
+
+    @property
+    def extra_args(self) -> Sequence[str]:
+        """Flags appended last, so they override anything before them."""
+        ...
+
+
+def local_command(python: str, model_dir: str, port: int, settings: LocalServing) -> list[str]:
     """The vLLM-CPU server the kit starts as a process of its own (`sparkops local up`).
 
     The CPU image's launcher run by the given interpreter (the vLLM-CPU venv's), prefix caching
-    with xxhash and cached-token counts in usage, as every profile has; `max_num_seqs` None
-    leaves vLLM's default. `eager` skips torch.compile: for the 2-layer tiny model compiling
-    buys nothing measurable but costs 20 s (idle machine) to 150 s (loaded) of every start.
-    `extra_args` come last, so they override anything before them.
+    with xxhash and cached-token counts in usage, as every profile has. `settings.eager` skips
+    torch.compile: for the 2-layer tiny model compiling buys nothing measurable but costs 20 s
+    (idle machine) to 150 s (loaded) of every start.
     """
     # model_construct: no validation, so the two settings a profile must fix may stay None
     # (which the types of a validated profile do not allow: hence the two ignores).
     args = VllmArgs.model_construct(
         max_model_len=None,  # type: ignore[arg-type]
-        max_num_seqs=max_num_seqs,  # type: ignore[arg-type]
+        max_num_seqs=settings.max_num_seqs,  # type: ignore[arg-type]
         enable_prefix_caching=True,
         prefix_caching_hash_algo="xxhash",
-        enforce_eager=eager,
-        extra_args=list(extra_args),
+        enforce_eager=settings.eager,
+        extra_args=list(settings.extra_args),
     )
     return [
         python,
         *LAUNCHERS["cpu"][1:],
         model_dir,
         "--host",
-        host,
+        settings.host,
         "--port",
         str(port),
-        *vllm_flags(served_model_name, args, async_scheduling=False),
+        *vllm_flags(settings.model, args, async_scheduling=False),
     ]
 
 
