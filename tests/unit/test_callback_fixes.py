@@ -113,3 +113,100 @@ def test_every_kit_playbook_finds_the_callback_beside_it() -> None:
     link = REPO / "ansible/playbooks/callback_plugins"
     assert link.is_symlink() and (link / "sparkops_fixes.py").is_file()
     assert fixes.CallbackModule.CALLBACK_NEEDS_ENABLED is False
+
+
+# Results captured from ansible-core 2.19.14 (ANSIBLE_STDOUT_CALLBACK=ansible.posix.json):
+# restart.yml's "Wait until vLLM answers /health" (ansible.builtin.uri) on a host where SSH
+# worked and nothing listened on vLLM's port, and an SSH connection refused on port 2222.
+URI_REFUSED = {
+    "_ansible_no_log": False,
+    "action": "ansible.builtin.uri",
+    "attempts": 1,
+    "changed": False,
+    "elapsed": 0,
+    "exception": "(traceback unavailable)",
+    "failed": True,
+    "msg": "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] "
+    "Connection refused>",
+    "redirected": False,
+    "status": -1,
+    "url": "http://127.0.0.1:8000/health",
+}
+SSH_REFUSED_2222 = {
+    "_ansible_no_log": False,
+    "action": "ansible.builtin.ping",
+    "changed": False,
+    "exception": "(traceback unavailable)",
+    "msg": "Task failed: Failed to connect to the host via ssh: ssh: connect to host 192.0.2.10 "
+    "port 2222: Connection refused",
+    "unreachable": True,
+}
+SSH_UNKNOWN_NAME = {
+    "_ansible_no_log": False,
+    "action": "ansible.builtin.ping",
+    "changed": False,
+    "exception": "(traceback unavailable)",
+    "msg": "Task failed: Failed to connect to the host via ssh: ssh: Could not resolve hostname "
+    "spark-nowhere.invalid: Name or service not known",
+    "unreachable": True,
+}
+
+
+def test_vllm_s_port_refusing_names_the_url_not_ssh() -> None:
+    """Issue 43 item 6: SSH worked and vLLM's port refused; the line said 'cannot reach
+    192.0.2.10 over SSH'."""
+    (line,) = _said(URI_REFUSED)
+    assert "over SSH" not in line and "ssh-copy-id" not in line
+    assert line.startswith(
+        "sparkops: spark-1: nothing answered at http://127.0.0.1:8000/health on spark-1 "
+        "(connection refused). SSH to 192.0.2.10 worked: what should listen on port 8000 there "
+        "is not running (or listens elsewhere)."
+    ), line
+    assert "`sudo journalctl -u sparkops-serving.service -n 100` on spark-1" in line
+    assert line.endswith("(docs/deploy.md, 'When the deploy stops')")
+
+
+def test_the_readiness_wait_s_own_words_get_no_ssh_line() -> None:
+    """sparkops_vllm_ready's failure (captured with nothing on the port and no container)
+    names the URL itself; the callback adds no line blaming SSH."""
+    result = {
+        "action": "sparkops_vllm_ready",
+        "answered": False,
+        "changed": False,
+        "container_state": "absent",
+        "failed": True,
+        "health": -1,
+        "msg": "vLLM at http://127.0.0.1:8000: not ready after 5 s (http://127.0.0.1:8000/health: "
+        "nothing answered /health). Log tail of sparkops-vllm-1:\nError response from daemon: "
+        "No such container: sparkops-vllm-1",
+        "problem": "not ready after 5 s (http://127.0.0.1:8000/health: nothing answered /health)",
+        "waited": 4.6,
+    }
+    assert _said(result) == []
+
+
+def test_the_ssh_line_names_the_port_ssh_tried() -> None:
+    (line,) = _said(SSH_REFUSED_2222, unreachable=True)
+    assert line.startswith("sparkops: spark-1: cannot reach 192.0.2.10 over SSH on port 2222:")
+    assert "`ssh -p 2222 researcher@192.0.2.10` works from here" in line
+    assert "nothing answered" not in line
+
+
+def test_without_a_port_in_ssh_s_words_the_line_names_ansible_port_or_22() -> None:
+    (line,) = _said(SSH_UNKNOWN_NAME, unreachable=True)
+    assert "cannot reach 192.0.2.10 over SSH on port 22:" in line
+    assert "`ssh researcher@192.0.2.10` works" in line
+    assert fixes.fix_for(
+        SSH_UNKNOWN_NAME["msg"], "spark-1", "me", "spark.lan", unreachable=True, port="2200"
+    ) == (
+        "sparkops: spark-1: cannot reach spark.lan over SSH on port 2200: check ansible_host "
+        "(and ansible_port) in hosts.yml, that the Spark is on and that `ssh -p 2200 "
+        "me@spark.lan` works from here (docs/provision.md, 'SSH and sudo')"
+    )
+
+
+def test_a_refusal_without_a_url_on_a_reached_host_adds_nothing() -> None:
+    """No URL to name: no line (the old one blamed SSH)."""
+    assert (
+        _said({"failed": True, "msg": "dial tcp 127.0.0.1:6379: connect: connection refused"}) == []
+    )
