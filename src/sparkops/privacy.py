@@ -12,6 +12,7 @@ harmless to the others).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 # Usage statistics and telemetry, one variable per library that phones home.
@@ -95,13 +96,13 @@ def _redact_parameter(match: re.Match[str]) -> str:
     return f"{lead}{name}={value}"
 
 
+@dataclass(frozen=True, eq=False)
 class RedactingStream:
     """A text stream (stderr) whose every write goes through `redact`: whatever part of the
     kit prints a message naming an endpoint, its credentials do not reach the terminal or
     the journal. Everything else (isatty, fileno, flush, encoding) is the stream's own."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
+    _stream: TextIO
 
     def write(self, text: str) -> int:
         self._stream.write(redact(text))

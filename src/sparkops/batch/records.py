@@ -420,6 +420,7 @@ def refuse_bad_input(scan: InputScan, path: Path, kind: InputKind, id_field: str
         )
 
 
+@dataclass(frozen=True)
 class InputSource:
     """The job's input, scanned and checked once (`scan`), then read as the run needs it:
     its records, its first record, and whether it changed under the run.
@@ -428,14 +429,11 @@ class InputSource:
     run, the change checks) and every read must agree on the kind, the id field, the
     encoding and the size the scan saw (a line appended later is no record of this job)."""
 
-    def __init__(
-        self, path: Path, kind: InputKind, id_field: str, encoding: str, scan: InputScan
-    ) -> None:
-        self.path = path
-        self.kind = kind
-        self.id_field = id_field
-        self.encoding = encoding
-        self.scan_result = scan
+    path: Path
+    kind: InputKind
+    id_field: str
+    encoding: str
+    scan_result: InputScan
 
     @classmethod
     def scan(cls, path: Path, kind: InputKind, id_field: str, encoding: str = UTF8) -> InputSource:

@@ -4,6 +4,7 @@ vLLM's allocator counts it, and the decode-speed ceiling of its memory traffic."
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -128,11 +129,12 @@ def run_memory(args: argparse.Namespace) -> int:
     return show(_WithLayout(shared, layout), _print_with_layout, as_json=args.json)
 
 
+@dataclass(frozen=True)
 class _WithLayout:
     """A shared-prefix plan and the KV-cache layout vLLM will report at start for it."""
 
-    def __init__(self, plan: Any, layout: EngineLayout) -> None:
-        self.plan, self.layout = plan, layout
+    plan: Any
+    layout: EngineLayout
 
     def as_dict(self) -> dict[str, Any]:
         out = dict(self.plan.as_dict())

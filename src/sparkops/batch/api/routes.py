@@ -24,6 +24,7 @@ import hmac
 import json
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import BodyPartReader, web
@@ -127,12 +128,12 @@ def _key_check(api_key: str) -> Middleware:
     return check
 
 
+@dataclass(frozen=True, eq=False)
 class Api:
     """The handlers, over the store (files) and the runner (batches)."""
 
-    def __init__(self, store: Store, runner: Runner) -> None:
-        self.store = store
-        self.runner = runner
+    store: Store
+    runner: Runner
 
     # ---- files ------------------------------------------------------------------------------
     async def upload(self, request: web.Request) -> web.StreamResponse:
