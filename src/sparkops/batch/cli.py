@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 
 from sparkops.batch.api.server import register_serve
+from sparkops.batch.exporter import register_metrics
 from sparkops.batch.job import run_job
 from sparkops.batch.options import add_job_options, job_config, job_settings
 from sparkops.cli import command_family
@@ -53,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.set_defaults(func=_status)
 
     register_serve(sub)  # `sparkops batch serve`: OpenAI's Batch API (batch/api/)
+    register_metrics(sub)  # `sparkops batch metrics`: the job's Prometheus metrics (exporter.py)
 
 
 def _run(args: argparse.Namespace) -> int:
