@@ -1,6 +1,7 @@
 """`sparkops plan throughput|memory|decode|guard`: the thin I/O edge over the pure planning
-models; this file holds the parsers and `plan throughput` (memory and decode:
-plan/memory_command.py; guard: plan/guard_command.py).
+models; this file registers the planners (their options are declared from their settings in
+plan/options.py) and runs `plan throughput` (memory and decode: plan/memory_command.py;
+guard: plan/guard_command.py).
 
 Reads the config file, parses the hit rate the way people write it (0.887 or 88.7%), and
 prints a readable table (plan/tables.py) or, with --json, one JSON object for scripts and
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from sparkops.cli import command_family
@@ -20,9 +21,15 @@ from sparkops.console import stdout_console
 from sparkops.errors import UserError
 from sparkops.metrics.bottleneck import label as bottleneck_label
 from sparkops.plan import bounds, calibrate
-from sparkops.plan.decode import BANDWIDTH_GB_S
 from sparkops.plan.guard_command import register_guard
 from sparkops.plan.memory_command import run_decode, run_memory
+from sparkops.plan.options import (
+    DecodeSettings,
+    MemorySettings,
+    PlannerSettings,
+    ThroughputSettings,
+    add_options,
+)
 from sparkops.plan.tables import print_throughput
 from sparkops.plan.throughput import (
     NOTES_FASTEST_RUN,
@@ -32,195 +39,21 @@ from sparkops.plan.throughput import (
     throughput_formula,
 )
 
-# A DGX Spark gives vLLM 0.88 x 128 GB for weights plus KV cache (second seed).
-DEFAULT_MEMORY_GB = 0.88 * 128
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """`sparkops plan`: each planner's options declared from its settings (plan/options.py)."""
     sub = command_family(subparsers, "plan", "capacity planning: throughput and KV memory")
-
-    tp = sub.add_parser(
-        "throughput",
-        help="records/min from computed tok/s and prefix-cache hit rate",
-        description="Only uncached prompt tokens and generated tokens cost compute.",
-    )
-    tp.add_argument(
-        "--computed-tok-s",
-        type=float,
-        help="tokens/s the server computes at full load (computed prompt + generated, not "
-        "counting cache hits); or calibrate with --from-sweep / --from-report",
-    )
-    tokens = tp.add_argument_group(
-        "tokens",
-        "per record (all of its calls), or per call with --calls-per-record (the benchmark "
-        "notes: about 1,600 prompt and 125 generated tokens a call, about 2.4 calls a record)",
-    )
-    tokens.add_argument(
-        "--prompt-tokens-per-record", type=float, help="prompt tokens of a record's calls"
-    )
-    tokens.add_argument(
-        "--gen-tokens-per-record", type=float, help="generated tokens of a record's calls"
-    )
-    tokens.add_argument("--prompt-tokens-per-call", type=float, help="prompt tokens of a call")
-    tokens.add_argument("--gen-tokens-per-call", type=float, help="generated tokens of a call")
-    tokens.add_argument(
-        "--calls-per-record",
-        type=float,
-        help="calls a record makes on average (early exits make it fractional: the notes' 2.4)",
-    )
-    retired(tp, "--prompt-tokens", "--prompt-tokens-per-record (or -per-call)")
-    retired(tp, "--gen-tokens", "--gen-tokens-per-record (or -per-call)")
-    tp.add_argument(
-        "--hit-rate",
-        help="prefix-cache hit rate: 0.887, 88.7 or 88.7%% (a percent under 1%% is refused: "
-        "0.887%% is almost always 88.7%%; write a rate that low as a fraction, 0.00887)",
-    )
-    calibrate = tp.add_mutually_exclusive_group()
-    calibrate.add_argument(
-        "--from-sweep",
-        type=Path,
-        metavar="SWEEP",
-        help="calibrate on a sweep level (sweep.json or its folder): its computed tok/s, "
-        "and its tokens per record and hit rate unless given",
-    )
-    calibrate.add_argument(
-        "--from-report", type=Path, metavar="REPORT", help="calibrate on a job's report.json"
-    )
-    tp.add_argument(
-        "--level", type=int, help="the --from-sweep level to calibrate on (default: highest)"
-    )
-    target = tp.add_mutually_exclusive_group()
-    target.add_argument(
-        "--for-level",
-        type=int,
-        metavar="N",
-        help="predict another level of the same sweep and check against its measurement",
-    )
-    target.add_argument(
-        "--for-report",
-        type=Path,
-        metavar="REPORT",
-        help="predict a measured job (its report.json) and check against its records/min",
-    )
-    tp.add_argument("--records", type=int, help="job size, for hours_for_records")
-    tp.add_argument("--points", type=int, default=10, help="hit-rate points to tabulate")
-    tp.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    tp.set_defaults(func=run_throughput)
-
-    mem = sub.add_parser(
-        "memory",
-        help="KV cache: tokens and sequences that fit, and the vLLM flags to use",
-    )
-    add_model_source(mem)
-    mem.add_argument(
-        "--weights-gb",
-        type=float,
-        help="weights in GB (default: the size of the weight files beside config.json)",
-    )
-    mem.add_argument(
-        "--memory-gb",
-        type=float,
-        default=DEFAULT_MEMORY_GB,
-        help="GB given to vLLM for weights + KV cache (default 0.88 x 128)",
-    )
-    mem.add_argument("--seqs", type=int, default=32, help="concurrent sequences")
-    mem.add_argument("--context", type=int, default=8192, help="tokens per sequence")
-    shared = mem.add_argument_group(
-        "shared prefixes",
-        "count each shared opening's blocks once and only the rest per sequence "
-        "(the default with --profile)",
-    )
-    shared.add_argument(
-        "--prompt-tokens-per-call", dest="prompt_tokens", type=int, help="prompt tokens of a call"
-    )
-    shared.add_argument(
-        "--shared",
-        default="0",
-        help="share of each prompt that is a shared opening: 0.9, 90 or 90%% (default 0)",
-    )
-    shared.add_argument(
-        "--gen-tokens-per-call",
-        dest="output_tokens",
-        type=int,
-        default=0,
-        help="tokens a call generates (default 0)",
-    )
-    retired(mem, "--prompt-tokens", "--prompt-tokens-per-call")
-    retired(mem, "--output-tokens", "--gen-tokens-per-call")
-    shared.add_argument(
-        "--prefixes", type=int, default=1, help="different shared openings (pipeline steps)"
-    )
-    shared.add_argument(
-        "--kv-cache-gib",
-        type=float,
-        help="KV cache size (default: the profile's --kv-cache-memory-bytes, "
-        "else memory - weights)",
-    )
-    engine = mem.add_argument_group(
-        "engine", "the vLLM settings its KV-cache report depends on (with --profile: the profile's)"
-    )
-    engine.add_argument(
-        "--max-num-batched-tokens",
-        type=int,
-        help="vLLM's --max-num-batched-tokens: bounds a sliding layer's charge (default 8192)",
-    )
-    engine.add_argument(
-        "--block-size",
-        type=int,
-        default=16,
-        help="vLLM's base block in tokens: 16 on a GPU, 128 on vLLM-CPU (default 16)",
-    )
-    engine.add_argument(
-        "--async-scheduling",
-        action="store_true",
-        help="vLLM 0.32 with --async-scheduling: two batches in flight widen a sliding "
-        "layer's charge (with --profile: the profile's)",
-    )
-    mem.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    mem.set_defaults(func=run_memory)
-
-    dec = sub.add_parser(
-        "decode",
-        help="the decode ceiling: generated tok/s against concurrency when bandwidth binds",
-        description="Each decode step reads the weights once and every running sequence's KV "
-        "cache; past the knee more concurrency buys little decode speed (plan/decode.py).",
-    )
-    add_model_source(dec)
-    dec.add_argument("--weights-gb", type=float, help="weight bytes read per step, decimal GB")
-    dec.add_argument(
-        "--context",
-        type=int,
-        required=True,
-        help="mean context of a call in flight: its prompt plus half its answer",
-    )
-    dec.add_argument(
-        "--machine",
-        choices=sorted(BANDWIDTH_GB_S),
-        default="gb10",
-        help="memory bandwidth by machine (gb10 273 GB/s, h200 4,800 GB/s)",
-    )
-    dec.add_argument("--bandwidth-gb-s", type=float, help="memory bandwidth (overrides --machine)")
-    dec.add_argument(
-        "--levels", default="1,8,32,64,128,240,480,960", help="concurrencies to tabulate"
-    )
-    dec.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    dec.set_defaults(func=run_decode)
+    planners: list[tuple[type[PlannerSettings], Callable[[argparse.Namespace], int]]] = [
+        (ThroughputSettings, run_throughput),
+        (MemorySettings, run_memory),
+        (DecodeSettings, run_decode),
+    ]
+    for settings, run in planners:
+        command = settings.command
+        parser = sub.add_parser(command.name, help=command.help, description=command.description)
+        add_options(parser, settings)
+        parser.set_defaults(func=run)
     register_guard(sub)
-
-
-def retired(parser: argparse.ArgumentParser, flag: str, instead: str) -> None:
-    """A flag name that meant per record in one planner and per call in another: refused
-    with the explicit names, so no figure is read in the wrong unit (hidden from --help)."""
-
-    class Refuse(argparse.Action):
-        def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
-            parser.error(
-                f"{flag} is ambiguous (per record or per call?): use {instead}; "
-                "every `sparkops plan` token flag names its unit"
-            )
-
-    dest = "retired_" + flag.strip("-").replace("-", "_")
-    parser.add_argument(flag, action=Refuse, dest=dest, help=argparse.SUPPRESS)
 
 
 def tokens_per_record(
@@ -268,23 +101,6 @@ def tokens_per_record(
             )
         out.append(record)
     return out[0], out[1], "; ".join(steps) or None
-
-
-def add_model_source(parser: argparse.ArgumentParser) -> None:
-    """The model to plan for (--config or --profile) and its KV-cache dtype."""
-    parser.add_argument(
-        "--kv-dtype",
-        choices=["fp8", "bf16", "fp16"],
-        help="KV-cache dtype (default: the profile's, else fp8)",
-    )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--config", type=Path, help="Hugging Face config.json (or the model folder holding it)"
-    )
-    source.add_argument(
-        "--profile",
-        help="a kit profile: its model's shipped shape (plan/shapes.yaml), KV dtype and size",
-    )
 
 
 def check_throughput_options(args: argparse.Namespace) -> float | None:
