@@ -114,7 +114,7 @@ def test_every_package_is_named_in_a_contract() -> None:
     """A package added to src/sparkops must be placed in a layer or a forbidden rule, or
     whatever it imports goes unseen (before issue 38 only 7 of 13 were named)."""
     named = set().union(*(_named(c) for c in _contracts()))
-    assert len(_packages()) == 13
+    assert len(_packages()) >= 13
     assert _packages() - named == set()
     assert named - _packages() - {"sparkops.vocabulary"} == set()  # no stale name
 
