@@ -79,7 +79,7 @@ def test_a_job_whose_answers_all_came_from_its_model_says_nothing(tmp_path):
     assert st.other_models == () and st.as_dict()["other_model_answers"] == []
     assert "came from model" not in status_line(out, st)
     report = compute_report(load_dir(out))
-    assert report["other_model_answers"] == []
+    assert report.other_model_answers == ()
     assert "came from model" not in markdown(report, "job")
 
 

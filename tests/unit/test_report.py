@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import stat
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 
 from sparkops.jobdir.durable import append_json
 from sparkops.jobdir.folder import Manifest, prepare_dir
+from sparkops.jobdir.job_report import JobReport
 from sparkops.metrics.timeline import (
     TimelineSample,
     Window,
@@ -73,12 +75,13 @@ def test_samples_inside_counts_the_backends_sampled_around_each_window():
 
 
 def test_a_steady_window_with_too_few_samples_is_named_in_the_report():
-    report = {"records": 40, "finished": 40, "done": 40, "steady_samples": 1}
+    report = JobReport(records=40, finished=40, done=40, steady_samples=1)
     text = markdown(report, "job")
     assert "A steady window held 1 /metrics sample(s) of a backend, fewer than 3" in text
     assert "more records or a shorter --sample-interval" in text
     for firm in (3, None):  # enough samples, or no samples at all (nothing to qualify)
-        assert "/metrics sample(s)" not in markdown({**report, "steady_samples": firm}, "job")
+        firmer = dataclasses.replace(report, steady_samples=firm)
+        assert "/metrics sample(s)" not in markdown(firmer, "job")
 
 
 def test_steady_window_drops_warm_up_and_tail():
@@ -167,20 +170,20 @@ def test_report_files_from_a_job_directory(tmp_path):
             ),
         )
     report = write_report(job)
-    assert report["records"] == 41 and report["done"] == 40 and report["errors"] == 1
-    assert report["calls_per_record"] == 1.0
+    assert report.records == 41 and report.done == 40 and report.errors == 1
+    assert report.calls_per_record == 1.0
     # 40 done in the run's 40 s: the error line (t=1040) ends the span but is not counted
-    assert report["records_per_min"] == pytest.approx(40 / 40 * 60, rel=0.01)
-    assert report["records_per_min_steady"] == pytest.approx(60.0, rel=0.05)
-    assert report["prefix_cache_hit_rate"] == 0.75
-    assert report["prefix_cache_hit_rate_ceiling"] == 0.8
-    assert report["kv_cache_usage_max"] == 0.25 and report["preemptions"] == 0
+    assert report.records_per_min == pytest.approx(40 / 40 * 60, rel=0.01)
+    assert report.records_per_min_steady == pytest.approx(60.0, rel=0.05)
+    assert report.prefix_cache_hit_rate == 0.75
+    assert report.prefix_cache_hit_rate_ceiling == 0.8
+    assert report.kv_cache_usage_max == 0.25 and report.preemptions == 0
     # The steady window (1004..1034) holds one sample, so the two that bracket it count:
     # 1000..1041, 41 s. Computed prompt = queries - hits = 1,000; all prompt 4,000; 80 out.
-    assert report["computed_prompt_tok_s"] == pytest.approx(1000 / 41, abs=0.1)
-    assert report["generation_tok_s"] == pytest.approx(80 / 41, abs=0.1)
-    assert report["computed_tok_s"] == pytest.approx(1080 / 41, abs=0.1)
-    assert report["effective_tok_s"] == pytest.approx(4080 / 41, abs=0.1)
+    assert report.computed_prompt_tok_s == pytest.approx(1000 / 41, abs=0.1)
+    assert report.generation_tok_s == pytest.approx(80 / 41, abs=0.1)
+    assert report.computed_tok_s == pytest.approx(1080 / 41, abs=0.1)
+    assert report.effective_tok_s == pytest.approx(4080 / 41, abs=0.1)
     for name in ("report.json", "report.md", "throughput.png"):
         assert stat.S_IMODE((job / name).stat().st_mode) == 0o600
     assert (job / "throughput.png").read_bytes()[:4] == b"\x89PNG"
@@ -242,11 +245,11 @@ def test_a_run_no_longer_than_its_concurrency_reports_no_steady_rate(tmp_path):
     times = [1000.0 + 50 * i / 200 for i in range(180)] + [1050.0 + i * 0.01 for i in range(20)]
     job = make_job(tmp_path, [(1000.0, 1000, times)])
     report = write_report(job)
-    assert report["records_per_min_steady"] is None
-    assert report["computed_tok_s"] is None and report["effective_tok_s"] is None
-    assert "too short for a steady state" in report["records_per_min_steady_reason"]
-    assert "200 records with --concurrency 1,000" in report["records_per_min_steady_reason"]
-    assert report["records_per_min"] == pytest.approx(200 / 50.19 * 60, rel=0.01)
+    assert report.records_per_min_steady is None
+    assert report.computed_tok_s is None and report.effective_tok_s is None
+    assert "too short for a steady state" in report.records_per_min_steady_reason
+    assert "200 records with --concurrency 1,000" in report.records_per_min_steady_reason
+    assert report.records_per_min == pytest.approx(200 / 50.19 * 60, rel=0.01)
     md = (job / "report.md").read_text()
     assert "| Records/min (steady, middle of run) | - |" in md
     assert "Steady records/min: not measured: too short for a steady state" in md
@@ -262,8 +265,8 @@ def test_a_run_longer_than_its_concurrency_has_a_steady_rate_and_a_short_resume_
     resumed = [5000.0 + i * 0.01 for i in range(5)]  # 5 left, all admitted at once
     job = make_job(tmp_path, [(1000.0, 10, first), (4999.0, 10, resumed)])
     report = write_report(job)
-    assert report["records_per_min_steady"] == pytest.approx(60.0, rel=0.02)
-    assert report["records_per_min_steady_reason"] is None
+    assert report.records_per_min_steady == pytest.approx(60.0, rel=0.02)
+    assert report.records_per_min_steady_reason is None
     assert "Steady records/min: not measured" not in (job / "report.md").read_text()
 
 
@@ -271,10 +274,10 @@ def test_records_per_min_counts_records_done_not_errors(tmp_path):
     # 120 records over 120 s, the first 60 errors (a 401 burst), then 60 done: 30/min, not 60
     job = make_job(tmp_path, [(1000.0, 4, [1000.0 + i for i in range(1, 121)])], error_lines=60)
     report = write_report(job)
-    assert report["done"] == 60 and report["errors"] == 60 and report["finished"] == 120
-    assert report["records_per_min"] == pytest.approx(60 / 120 * 60, rel=0.01)
+    assert report.done == 60 and report.errors == 60 and report.finished == 120
+    assert report.records_per_min == pytest.approx(60 / 120 * 60, rel=0.01)
     # the steady window is the middle of the done records' completions: 1 done per second
-    assert report["records_per_min_steady"] == pytest.approx(60.0, rel=0.05)
+    assert report.records_per_min_steady == pytest.approx(60.0, rel=0.05)
     md = (job / "report.md").read_text()
     assert "| Errors | 60 |" in md and "| Records/min (whole run) | 30.0 |" in md
 
@@ -282,9 +285,9 @@ def test_records_per_min_counts_records_done_not_errors(tmp_path):
 def test_a_job_with_nothing_done_reports_no_records_per_min(tmp_path):
     job = make_job(tmp_path, [(1000.0, 4, [1000.0 + i for i in range(30)])], error_lines=30)
     report = write_report(job)
-    assert report["done"] == 0 and report["errors"] == 30
-    assert report["records_per_min"] is None and report["records_per_min_steady"] is None
-    assert "no record was done" in report["records_per_min_steady_reason"]
+    assert report.done == 0 and report.errors == 30
+    assert report.records_per_min is None and report.records_per_min_steady is None
+    assert "no record was done" in report.records_per_min_steady_reason
     md = (job / "report.md").read_text()
     assert "| Records/min (whole run) | - |" in md
     assert "No record was done (30 errors), so no records/min is reported." in md
@@ -316,16 +319,16 @@ def test_a_hit_rate_above_the_ceiling_is_explained_not_called_at_the_ceiling(tmp
             + "\n"
         )
     report = write_report(job)
-    assert report["prefix_cache_hit_rate"] == 0.99
-    assert report["prefix_cache_hit_rate_ceiling"] == 0.962
-    note = report["prefix_cache_hit_rate_note"]
+    assert report.prefix_cache_hit_rate == 0.99
+    assert report.prefix_cache_hit_rate_ceiling == 0.962
+    note = report.prefix_cache_hit_rate_note
     assert "2.8 points above the 96.2% that the shared prompt text allows" in note
     assert "warm cache" in note
     md = (job / "report.md").read_text()
     assert "at its ceiling" not in md and "99.0% of 96.2%" not in md
     assert note in md
-    assert "above the 96.2%" in report["steps"][0]["verdict"]
-    assert report["hit_rate_verdict"].startswith("Over the whole job: 99.0% of prompt tokens")
+    assert "above the 96.2%" in report.steps[0].verdict
+    assert report.hit_rate_verdict.startswith("Over the whole job: 99.0% of prompt tokens")
 
 
 def test_throughput_plot_draws_each_series_at_its_own_times_with_run_boundaries(tmp_path):
@@ -362,7 +365,7 @@ def test_lines_that_are_json_but_not_objects_are_skipped_not_a_traceback(tmp_pat
         with (job / name).open("a") as fh:
             fh.write('[1, 2]\n"text"\n{"t": "not a number", "v": {}}\n')
     report = write_report(job)
-    assert report["done"] == 20 and report["finished"] == 21  # the stray object is a line
+    assert report.done == 20 and report.finished == 21  # the stray object is a line
 
 
 def test_throughput_plot_without_samples_or_records_says_so_in_its_legend(tmp_path):
@@ -374,7 +377,7 @@ def test_throughput_plot_without_samples_or_records_says_so_in_its_legend(tmp_pa
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend[1] == "prefix cache hit rate (no samples)"
     report = write_report(job)
-    assert report["records_per_min"] is None and report["finished"] == 0
+    assert report.records_per_min is None and report.finished == 0
     assert (job / "throughput.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -387,8 +390,8 @@ def test_whole_run_records_per_min_survives_a_wall_clock_step(tmp_path, step):
     job = make_job(tmp_path, [(1000.0, 4, times)])
     append_json(job / "runs.jsonl", {"event": "end", "run": 1, "t": times[-1], "active_s": 120.0})
     report = write_report(job)
-    assert report["records_per_min"] == pytest.approx(60.0, rel=0.01)
-    assert report["wall_s"] == pytest.approx(120.0)
+    assert report.records_per_min == pytest.approx(60.0, rel=0.01)
+    assert report.wall_s == pytest.approx(120.0)
 
 
 @contextlib.contextmanager
@@ -449,8 +452,8 @@ def test_record_latency_is_measured_on_the_monotonic_clock(tmp_path):
     rows[1]["latency_s"] = 4.0
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
     report = write_report(job)
-    assert report["record_latency_p50_s"] == pytest.approx(4.0)
-    assert report["record_latency_p95_s"] == pytest.approx(5.0)  # r3: t - t0, no latency_s
+    assert report.record_latency_p50_s == pytest.approx(4.0)
+    assert report.record_latency_p95_s == pytest.approx(5.0)  # r3: t - t0, no latency_s
 
 
 def test_report_md_counts_the_decisions(tmp_path):
@@ -463,7 +466,7 @@ def test_report_md_counts_the_decisions(tmp_path):
         row["final"] = final
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
     report = write_report(job)
-    assert report["finals"] == {"no": 5, "yes": 2, "unclear": 1}
+    assert report.finals == {"no": 5, "yes": 2, "unclear": 1}
     md = (job / "report.md").read_text()
     table = md.split("Decisions (the final label of each done record):")[1].split("\n\n")[1]
     assert table.splitlines() == [

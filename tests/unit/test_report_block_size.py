@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from sparkops.jobdir.job_report import PrefixRecord
 from sparkops.report.render import write_report
 from sparkops.report.steps import short_prefix_note
 from tests.unit.test_report import make_job, sample
@@ -28,9 +29,10 @@ def prefix(shared: dict[str, int], block: int = 128) -> dict:
 
 
 def test_only_prefixes_shorter_than_a_block_are_named() -> None:
-    assert short_prefix_note(prefix({"screen": 78, "detail": 300, "confirm": 40})) == SENTENCE
-    assert short_prefix_note(prefix({"screen": 1300})) is None
-    assert short_prefix_note({}) is None  # no probe at the start of the job
+    probed = PrefixRecord.from_json(prefix({"screen": 78, "detail": 300, "confirm": 40}))
+    assert short_prefix_note(probed) == SENTENCE
+    assert short_prefix_note(PrefixRecord.from_json(prefix({"screen": 1300}))) is None
+    assert short_prefix_note(PrefixRecord()) is None  # no probe at the start of the job
 
 
 def test_the_report_says_why_a_short_prefix_hits_nothing(tmp_path) -> None:
@@ -43,7 +45,7 @@ def test_the_report_says_why_a_short_prefix_hits_nothing(tmp_path) -> None:
             row = {"id": step, "status": "done", "final": "no", "t": 1040.0, "run": 1}
             fh.write(json.dumps({**row, "steps": [call]}) + "\n")
     report = write_report(job)
-    assert report["hit_rate_verdict"] == (
+    assert report.hit_rate_verdict == (
         "You lose 100.0 points of hit rate to prompt design and 0.0 to cache pressure: the "
         f"cache keeps up; to gain, share more text across records. {SENTENCE}"
     )

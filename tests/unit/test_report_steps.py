@@ -14,14 +14,14 @@ def totals(calls: int, prompt: int, cached: int | None, reusable: int | None) ->
 
 def test_a_step_at_its_ceiling_is_told_to_change_its_prompts():
     rows = diagnose({"screen": totals(10, 1000, 896, 896)})
-    assert rows[0]["hit_rate"] == rows[0]["ceiling"] == 0.896
-    assert rows[0]["calls"] == 10 and rows[0]["prompt_tokens"] == 10_000
-    assert "at its ceiling" in rows[0]["verdict"] and "prompt design" in rows[0]["verdict"]
+    assert rows[0].hit_rate == rows[0].ceiling == 0.896
+    assert rows[0].calls == 10 and rows[0].prompt_tokens == 10_000
+    assert "at its ceiling" in rows[0].verdict and "prompt design" in rows[0].verdict
 
 
 def test_a_step_far_below_its_ceiling_is_cache_pressure():
     rows = diagnose({"detail": totals(4, 1000, 600, 900)})
-    v = rows[0]["verdict"]
+    v = rows[0].verdict
     assert "30.0 points below its 90.0% ceiling lost to cache pressure" in v
     assert "--schedule step-aware" in v
 
@@ -36,13 +36,13 @@ def test_missing_cached_tokens_says_how_to_get_them():
     t = totals(3, 500, 400, 384)
     t.add(500, None, 384)  # one call without usage details: the figure would be wrong
     rows = diagnose({"confirm": t})
-    assert rows[0]["hit_rate"] is None and rows[0]["cached_tokens"] is None
-    assert "--enable-prompt-tokens-details" in rows[0]["verdict"]
+    assert rows[0].hit_rate is None and rows[0].cached_tokens is None
+    assert "--enable-prompt-tokens-details" in rows[0].verdict
 
 
 def test_without_a_prefix_probe_the_ceiling_is_unknown():
     rows = diagnose({"screen": totals(2, 1000, 900, None)})
-    assert rows[0]["ceiling"] is None and "ceiling is unknown" in rows[0]["verdict"]
+    assert rows[0].ceiling is None and "ceiling is unknown" in rows[0].verdict
     assert overall(rows) is None
 
 
@@ -71,7 +71,7 @@ def test_a_step_above_its_ceiling_is_explained_not_called_at_the_ceiling():
     # within rounding of the ceiling is still "at its ceiling"
     assert "at its ceiling" in verdict("screen", achieved=0.9624, ceiling=0.962)
     rows = diagnose({"screen": totals(10, 1000, 990, 962)})
-    assert rows[0]["verdict"] == "screen: " + text.removeprefix("screen: ")
+    assert rows[0].verdict == "screen: " + text.removeprefix("screen: ")
     assert (overall(rows) or "").startswith("Over the whole job: 99.0% of prompt tokens")
 
 

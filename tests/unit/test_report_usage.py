@@ -53,13 +53,13 @@ def test_impossible_usage_is_left_out_of_the_hit_rate_and_named(tmp_path):
     bad = [step(16, 999), step(-5, 0), step(100, -1), step(100, 10, completion=-3)]
     job = job_with(tmp_path, good + bad)
     report = write_report(job)
-    (row,) = report["steps"]
-    assert row["hit_rate"] == 0.8 and row["calls"] == 8 and row["prompt_tokens"] == 800
-    assert report["cached_tokens_share"] == 0.8
-    assert report["prompt_tokens_per_call"] == 100.0  # over the 8 calls whose figures count
-    assert report["completion_tokens_per_call"] == 2.0
-    assert report["usage_impossible_answers"] == 4
-    assert report["usage_impossible_note"].startswith(f"4 {SENTENCE}")
+    (row,) = report.steps
+    assert row.hit_rate == 0.8 and row.calls == 8 and row.prompt_tokens == 800
+    assert report.cached_tokens_share == 0.8
+    assert report.prompt_tokens_per_call == 100.0  # over the 8 calls whose figures count
+    assert report.completion_tokens_per_call == 2.0
+    assert report.usage_impossible_answers == 4
+    assert report.usage_impossible_note.startswith(f"4 {SENTENCE}")
     md = (job / "report.md").read_text()
     assert f"4 {SENTENCE}" in md
     assert "| s | 8 | 800 | 80.0% | - |" in md
@@ -69,9 +69,9 @@ def test_impossible_usage_is_left_out_of_the_hit_rate_and_named(tmp_path):
 def test_a_job_whose_every_answer_is_impossible_has_no_hit_rate(tmp_path):
     job = job_with(tmp_path, [step(16, 999), step(10, 11)])
     report = write_report(job)
-    assert report["steps"] == [] and report["cached_tokens_share"] is None
-    assert report["prompt_tokens_per_call"] is None
-    assert report["usage_impossible_answers"] == 2
+    assert report.steps == () and report.cached_tokens_share is None
+    assert report.prompt_tokens_per_call is None
+    assert report.usage_impossible_answers == 2
     md = (job / "report.md").read_text()
     assert f"2 {SENTENCE}" in md and all(0 <= p <= 100 for p in percentages(md))
 
@@ -80,7 +80,7 @@ def test_possible_usage_gives_no_note(tmp_path):
     """Cached equal to prompt, zero cached, or none said: all can be true."""
     job = job_with(tmp_path, [step(100, 100), step(100, 0), step(100, None)])
     report = write_report(job)
-    assert report["usage_impossible_answers"] == 0 and report["usage_impossible_note"] is None
+    assert report.usage_impossible_answers == 0 and report.usage_impossible_note is None
     assert "cannot be true" not in (job / "report.md").read_text()
 
 
@@ -93,10 +93,10 @@ def test_non_finite_counts_read_as_absent_not_a_traceback(tmp_path):
     ]
     job = job_with(tmp_path, [step(100, 50)], raw)
     report = write_report(job)
-    assert report["finished"] == 3 and report["done"] == 3
+    assert report.finished == 3 and report.done == 3
     # inf prompt tokens read as none, so 5 cached of 0 prompt cannot be true: named, left out
-    assert report["usage_impossible_answers"] == 1
-    assert report["prompt_tokens_per_call"] == 100.0
+    assert report.usage_impossible_answers == 1
+    assert report.prompt_tokens_per_call == 100.0
 
 
 def test_a_metrics_hit_rate_above_100_percent_is_not_reported(tmp_path):
@@ -106,8 +106,8 @@ def test_a_metrics_hit_rate_above_100_percent_is_not_reported(tmp_path):
         sample["v"]["prefix_cache_hits"] = h
         append_json(job / "timeline.jsonl", sample)
     report = write_report(job)
-    assert report["prefix_cache_hit_rate"] is None
-    assert "more cache hits than queries" in report["prefix_cache_hit_rate_note"]
+    assert report.prefix_cache_hit_rate is None
+    assert "more cache hits than queries" in report.prefix_cache_hit_rate_note
     md = (job / "report.md").read_text()
     assert "| Prefix cache hit rate | - |" in md and "500.0%" not in md
     assert "more cache hits than queries" in md

@@ -33,8 +33,7 @@ from sparkops.bench.sweep import (
 )
 from sparkops.errors import UserError
 from sparkops.files import write_atomic
-from sparkops.jobdir import lines
-from sparkops.jobdir.folder import RESULTS, TIMELINE
+from sparkops.jobdir.reader import JobFolder
 from sparkops.plan.decode import DecodeCeiling, decode_ceiling
 from sparkops.plan.memory import dtype_bytes
 from sparkops.plan.shapes import kv_dtype_of, profile_shape
@@ -177,11 +176,12 @@ def run_sweep(cfg: SweepConfig) -> SweepResult:
                 **settings,
             )
         )
+        level_job = JobFolder(directory)
         summaries.append(
             summarise_level(
                 concurrency,
-                list(lines.finished(directory / RESULTS)),
-                list(lines.timeline_samples(directory / TIMELINE)),
+                list(level_job.finished()),
+                list(level_job.timeline()),
             )
         )
 

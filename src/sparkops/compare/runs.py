@@ -17,6 +17,7 @@ from pathlib import Path
 from sparkops.errors import UserError
 from sparkops.jobdir.folder import RESULTS
 from sparkops.jobdir.lines import outcome
+from sparkops.jobdir.reader import JobFolder
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class RunDecisions:
 
 def results_path(run: Path) -> Path:
     """A run directory's results file, or the file itself."""
-    path = run / RESULTS if run.is_dir() else run
+    path = JobFolder(run).files.results if run.is_dir() else run
     if not path.is_file():
         raise UserError(
             f"{path} does not exist: pass a batch output directory (holding {RESULTS}) "

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkops.jobdir import serving_lines
-from sparkops.jobdir.folder import SERVING
 from sparkops.jobdir.identity import IdentityChange, diff
+from sparkops.jobdir.reader import JobFolder
 
 # GPU fields that describe the hardware and its software, not the moment (clocks, pstate).
 GPU_FIELDS = ("name", "driver_version", "cuda_version", "clock_max_mhz", "power_limit_w")
@@ -36,8 +36,7 @@ class Setup:
 def load_setup(run: Path) -> Setup | None:
     """The setup of a run directory (or of the directory of its results.jsonl); None when
     the run has no serving record (made before the kit kept one)."""
-    directory = run if run.is_dir() else run.parent
-    served = list(serving_lines.serving_lines(directory / SERVING))
+    served = list(JobFolder.of(run).serving())
     starts = [x for x in served if isinstance(x, serving_lines.ServingStart)]
     if not starts:
         return None

@@ -14,3 +14,8 @@ def int_or_zero(value: Any) -> int:
 def number_or_none(value: Any) -> float | None:
     """A numeric field, None when absent or of another type (a bool is not a number here)."""
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def text_or_none(value: Any) -> str | None:
+    """A text field, None when absent or of another type."""
+    return value if isinstance(value, str) else None

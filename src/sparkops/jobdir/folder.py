@@ -69,7 +69,8 @@ JOB_FILES = (
 
 @dataclass(frozen=True)
 class JobDir:
-    """The paths of one job folder."""
+    """The paths of one job folder (its readers' handle, with a reader per file, is
+    jobdir/reader.JobFolder)."""
 
     path: Path
 
@@ -88,6 +89,30 @@ class JobDir:
     @property
     def meta(self) -> Path:
         return self.path / META
+
+    @property
+    def timeline(self) -> Path:
+        return self.path / TIMELINE
+
+    @property
+    def serving(self) -> Path:
+        return self.path / SERVING
+
+    @property
+    def prefix(self) -> Path:
+        return self.path / PREFIX
+
+    @property
+    def report_json(self) -> Path:
+        return self.path / REPORT_JSON
+
+    @property
+    def report_md(self) -> Path:
+        return self.path / REPORT_MD
+
+    @property
+    def plot(self) -> Path:
+        return self.path / PLOT
 
     def has_results(self) -> bool:
         """Whether any record has finished (results.jsonl exists and is not empty)."""

@@ -15,6 +15,7 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -30,6 +31,9 @@ from sparkops.local.server import (
     stop_servers,
 )
 
+if TYPE_CHECKING:
+    from sparkops.jobdir.job_report import JobReport
+
 # The demo shows decisions, so it runs the real model; `--model tiny` is the fast stand-in.
 DEMO_MODEL = "smollm2"
 DEMO_STALL_AFTER_S = 600.0
@@ -44,7 +48,7 @@ def _running_server(cache: Path | None, model: str) -> Server | None:
     return None
 
 
-def run_sample_job(server: Server, console: Console, cache: Path | None = None) -> dict:
+def run_sample_job(server: Server, console: Console, cache: Path | None = None) -> JobReport:
     """The bundled sample job (3-step pipeline, 300 synthetic notes) through the batch
     client, then its report: the same code path as `sparkops batch run` + `sparkops report`."""
     from sparkops.batch import JobConfig, run_job

@@ -14,6 +14,8 @@ from typing import Any
 
 from sparkops.errors import UserError
 from sparkops.inputs import read_json
+from sparkops.jobdir.job_report import JobReport
+from sparkops.jobdir.reader import JobFolder
 
 SWEEP_JSON = "sweep.json"
 
@@ -82,19 +84,20 @@ def from_sweep(path: Path, level: int | None) -> Measured:
 
 
 def from_report(path: Path) -> Measured:
-    """A job's report.json (given directly or as the job folder)."""
-    file = path / "report.json" if path.is_dir() else path
+    """A job's report.json (given directly or as the job folder), read as the typed report:
+    a figure an older report lacks reads as None."""
+    file = JobFolder(path).files.report_json if path.is_dir() else path
     fix = "pass a job's report.json (or its folder) written by `sparkops report`"
-    r = read_json(file, what="job report", fix=fix)
-    calls = _number(r, "calls_per_record")
-    prompt = _number(r, "prompt_tokens_per_call")
-    gen = _number(r, "completion_tokens_per_call")
+    report = JobReport.from_json(read_json(file, what="job report", fix=fix))
+    calls = report.calls_per_record
+    prompt = report.prompt_tokens_per_call
+    gen = report.completion_tokens_per_call
     return Measured(
         label=f"job {file}",
-        computed_tok_s=_number(r, "computed_tok_s"),
+        computed_tok_s=report.computed_tok_s,
         prompt_tokens=prompt * calls if prompt is not None and calls else None,
         gen_tokens=gen * calls if gen is not None and calls else None,
-        hit_rate=_number(r, "prefix_cache_hit_rate"),
-        records_per_min=_number(r, "records_per_min_steady"),
-        bottleneck=r.get("bottleneck") if isinstance(r.get("bottleneck"), str) else None,
+        hit_rate=report.prefix_cache_hit_rate,
+        records_per_min=report.records_per_min_steady,
+        bottleneck=report.bottleneck,
     )

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from sparkops.report.render import markdown, write_report
+from sparkops.report.render import markdown, report_json, write_report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _report(args: argparse.Namespace) -> int:
     report = write_report(args.dir)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(report_json(report), end="")
     else:
         print(markdown(report, args.dir.name), end="")
     return 0

@@ -1,4 +1,5 @@
-"""Compute report.json from a job directory (results, runs, timeline, prefix analysis).
+"""Compute the report (jobdir/job_report.JobReport, written as report.json) from a job
+directory (results, runs, timeline, prefix analysis), read through its handle (JobFolder).
 
 Definitions follow the seed: records/min over the whole run and over its middle (warm-up
 and tail excluded), token rates from vLLM's counters, hit rate = Δhits/Δqueries summed over
@@ -11,12 +12,12 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sparkops.jobdir import lines
-from sparkops.jobdir.durable import read_json_file
-from sparkops.jobdir.folder import META, RESULTS, RUNS, SERVING, TIMELINE, Manifest, load_manifest
-from sparkops.jobdir.serving_lines import ServingRecord, serving_lines
+from sparkops.jobdir.folder import Manifest
+from sparkops.jobdir.job_report import JobReport, PrefixRecord, Truncated
+from sparkops.jobdir.reader import JobFolder
+from sparkops.jobdir.serving_lines import ServingRecord
 from sparkops.jobdir.status import answer_models, other_model_answers
 from sparkops.metrics.bottleneck import Bottleneck, name_bottleneck
 from sparkops.metrics.timeline import (
@@ -45,7 +46,6 @@ from sparkops.report.steps import (
     usage_possible,
 )
 
-PREFIX = "prefix.json"
 # A /metrics hit rate outside 0-100% (more hits than queries): counters that cannot be true.
 METRICS_HIT_NOTE = (
     "Prefix cache: the servers' /metrics counted more cache hits than queries over the job, "
@@ -110,7 +110,7 @@ class JobData:
 
     manifest: Manifest
     totals: Totals
-    prefix: dict[str, Any]  # prefix.json (pipeline check's analysis), {} when unreadable
+    prefix: PrefixRecord  # prefix.json (the probe at the job's start), empty when unreadable
     records: int = 0  # results lines (each record once)
     done: int = 0
     errors: int = 0
@@ -137,16 +137,14 @@ def load_dir(directory: Path) -> JobData:
     from the same lines for a pipeline job, and from openai-meta.jsonl for an OpenAI batch
     job, whose output lines carry nothing but OpenAI's fields (see jobdir/openai_lines.py).
     """
-    manifest = load_manifest(directory)
-    prefix: dict[str, Any] = {}
-    if (directory / PREFIX).exists():
-        # derived data, rewritten by every run: an unreadable one only drops the ceiling
-        loaded = read_json_file(directory / PREFIX)
-        prefix = loaded if isinstance(loaded, dict) else {}
-    reusable = {k: v.get("reusable_tokens", 0) for k, v in (prefix.get("steps") or {}).items()}
+    folder = JobFolder(directory)
+    manifest = folder.manifest()
+    # derived data, rewritten by every run: an unreadable one only drops the ceiling
+    prefix = folder.prefix()
+    reusable = {k: v.reusable_tokens for k, v in (prefix.steps or {}).items()}
     totals = Totals({name: StepTotals() for name in reusable}, reusable)
     data = JobData(manifest, totals, prefix)
-    for obj, _ in lines.read_results(directory / RESULTS, data.damage):
+    for obj, _ in folder.results(data.damage):
         line = lines.read_finished(obj)
         data.records += 1
         if line.outcome.ok:
@@ -159,11 +157,11 @@ def load_dir(directory: Path) -> JobData:
             totals.add(line.timing)
             if line.timing.serving is not None:
                 data.serving_epochs[line.timing.serving] += 1
-    for timing in lines.meta_timings(directory / META):
+    for timing in folder.meta_timings():
         totals.add(timing)
         if timing.serving is not None:
             data.serving_epochs[timing.serving] += 1
-    for r in lines.run_events(directory / RUNS):
+    for r in folder.runs():
         if r.t is not None:
             data.runs[r.run][r.event] = r.t
         if r.event == "end" and r.active_s is not None:
@@ -174,13 +172,13 @@ def load_dir(directory: Path) -> JobData:
             data.schedules.append(r.schedule)
             if r.concurrency is not None:
                 data.concurrency[r.run] = r.concurrency
-    data.samples = list(lines.timeline_samples(directory / TIMELINE))
-    data.serving_lines = list(serving_lines(directory / SERVING))
+    data.samples = list(folder.timeline())
+    data.serving_lines = list(folder.serving())
     return data
 
 
-def compute_report(data: JobData) -> dict[str, Any]:
-    """report.json content from `load_dir` output (pure)."""
+def compute_report(data: JobData) -> JobReport:
+    """The report from `load_dir` output (pure); report.json is its `to_json()`."""
     totals = data.totals
     finish = totals.finish
     samples = data.samples
@@ -222,58 +220,59 @@ def compute_report(data: JobData) -> dict[str, Any]:
         pressure = max(0.0, (ceil - job_hit) * 100)
     neck = job_bottleneck(samples, windows, data.concurrency, data.records, pressure)
     steps = diagnose({k: v for k, v in totals.per_step.items() if v.calls})
-    return {
-        "records": data.manifest.total,
-        "finished": data.records,
-        "done": data.done,
-        "errors": data.errors,
-        "calls": totals.calls,
-        "calls_per_record": round(totals.done_calls / data.done, 3) if data.done else None,
-        "records_per_min": _r(done_in_span / span * 60 if span > 0 and done_in_span else None),
-        "records_per_min_steady": _r(steady),
-        "records_per_min_steady_reason": steady_reason if steady is None else None,
-        **{name: _r(value) for name, value in rates.as_dict().items()},
-        # the fewest /metrics samples a backend took in a steady window (firm at 3 or more)
-        "steady_samples": samples_inside(samples, use or []),
-        "bottleneck": neck.kind if neck else None,
-        "bottleneck_sentence": neck.sentence if neck else None,
-        "prefix_cache_hit_rate": _r(job_hit, 4),
-        "prefix_cache_hit_rate_ceiling": _r(ceil, 4),
-        "prefix_cache_hit_rate_note": metrics_note or hit_rate_note(_r(job_hit, 4), _r(ceil, 4)),
-        "cached_tokens_share": _r(totals.cached / totals.prompt, 4) if totals.prompt else None,
-        "prompt_tokens_per_call": _r(totals.prompt / counted) if counted else None,
-        "completion_tokens_per_call": _r(totals.completion / counted) if counted else None,
-        "usage_impossible_answers": totals.impossible,
-        "usage_impossible_note": impossible_usage_sentence(totals.impossible)
+    return JobReport(
+        records=data.manifest.total,
+        finished=data.records,
+        done=data.done,
+        errors=data.errors,
+        calls=totals.calls,
+        calls_per_record=round(totals.done_calls / data.done, 3) if data.done else None,
+        records_per_min=_r(done_in_span / span * 60 if span > 0 and done_in_span else None),
+        records_per_min_steady=_r(steady),
+        records_per_min_steady_reason=steady_reason if steady is None else None,
+        computed_tok_s=_r(rates.computed_tok_s),
+        effective_tok_s=_r(rates.effective_tok_s),
+        computed_prompt_tok_s=_r(rates.computed_prompt_tok_s),
+        prompt_tok_s=_r(rates.prompt_tok_s),
+        generation_tok_s=_r(rates.generation_tok_s),
+        steady_samples=samples_inside(samples, use or []),
+        bottleneck=neck.kind if neck else None,
+        bottleneck_sentence=neck.sentence if neck else None,
+        prefix_cache_hit_rate=_r(job_hit, 4),
+        prefix_cache_hit_rate_ceiling=_r(ceil, 4),
+        prefix_cache_hit_rate_note=metrics_note or hit_rate_note(_r(job_hit, 4), _r(ceil, 4)),
+        cached_tokens_share=_r(totals.cached / totals.prompt, 4) if totals.prompt else None,
+        prompt_tokens_per_call=_r(totals.prompt / counted) if counted else None,
+        completion_tokens_per_call=_r(totals.completion / counted) if counted else None,
+        usage_impossible_answers=totals.impossible,
+        usage_impossible_note=impossible_usage_sentence(totals.impossible)
         if totals.impossible
         else None,
-        "record_latency_p50_s": _r(percentile(totals.latencies, 50)),
-        "record_latency_p95_s": _r(percentile(totals.latencies, 95)),
-        "kv_cache_usage_max": _r(kv, 4),
-        "preemptions": int(counter_total(samples, "preemptions")),
-        "block_size": data.prefix.get("block_size"),
-        "prefix_steps": data.prefix.get("steps"),
-        "steps": steps,
-        "hit_rate_verdict": " ".join(filter(None, (overall(steps), short_prefix_note(data.prefix))))
+        record_latency_p50_s=_r(percentile(totals.latencies, 50)),
+        record_latency_p95_s=_r(percentile(totals.latencies, 95)),
+        kv_cache_usage_max=_r(kv, 4),
+        preemptions=int(counter_total(samples, "preemptions")),
+        block_size=data.prefix.block_size,
+        prefix_steps=data.prefix.steps,
+        steps=tuple(steps),
+        hit_rate_verdict=" ".join(filter(None, (overall(steps), short_prefix_note(data.prefix))))
         or None,
-        "runs": len(data.runs) or len(finish),
-        "schedule": "+".join(dict.fromkeys(data.schedules)) or None,
-        "wall_s": _r(span),
-        "finals": dict(data.finals),
-        # per step with any: answers cut off at max_tokens, and that step's answers
-        "results_damaged_lines": data.damage.damaged,
-        "results_repeated_lines": data.damage.repeated,
-        "results_lines_note": data.damage.sentence() if data.damage else None,
-        "truncated_answers": {
-            step: {"cut": n, "answers": totals.answers[step]} for step, n in totals.cut.items() if n
+        runs=len(data.runs) or len(finish),
+        schedule="+".join(dict.fromkeys(data.schedules)) or None,
+        wall_s=_r(span),
+        finals=dict(data.finals),
+        results_damaged_lines=data.damage.damaged,
+        results_repeated_lines=data.damage.repeated,
+        results_lines_note=data.damage.sentence() if data.damage else None,
+        truncated_answers={
+            step: Truncated(cut=n, answers=totals.answers[step])
+            for step, n in totals.cut.items()
+            if n
         },
-        "stalled_endpoints": [row.as_dict() for row in stalls.summarise(data.stall_events)],
-        # answers kept from a model other than the pipeline's (a fallback, no --strict-serving)
-        "other_model_answers": [
-            x.as_dict() for x in other_model_answers(totals.models, data.serving_lines)
-        ],
-        "serving": report_serving.summarise(data.serving_lines, data.serving_epochs, data.samples),
-    }
+        stalled_endpoints=tuple(stalls.summarise(data.stall_events)),
+        other_model_answers=other_model_answers(totals.models, data.serving_lines),
+        serving=report_serving.summarise(data.serving_lines, data.serving_epochs, data.samples),
+    )
 
 
 def job_bottleneck(

@@ -3,67 +3,80 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from sparkops.files import write_atomic, write_figure
-from sparkops.jobdir.status import OtherModelAnswers
+from sparkops.jobdir.job_report import JobReport, StepRow
+from sparkops.jobdir.reader import JobFolder
 from sparkops.metrics.timeline import completion_rate_series, hit_rate_series, short_window_note
 from sparkops.report import serving as report_serving
 from sparkops.report import stalls
 from sparkops.report.compute import JobData, compute_report, load_dir
 
-ROWS = [
-    ("records", "Records in input", "{:,}"),
-    ("schedule", "Schedule", "{}"),
-    ("done", "Done", "{:,}"),
-    ("errors", "Errors", "{:,}"),
-    ("calls_per_record", "Calls per record", "{:.2f}"),
-    ("records_per_min", "Records/min (whole run)", "{:,.1f}"),
-    ("records_per_min_steady", "Records/min (steady, middle of run)", "{:,.1f}"),
-    ("computed_tok_s", "Computed tok/s (steady: computed prompt + generated)", "{:,.0f}"),
-    ("computed_prompt_tok_s", "Computed prompt tok/s (steady, not from the cache)", "{:,.0f}"),
-    ("generation_tok_s", "Generation tok/s (steady)", "{:,.0f}"),
-    ("effective_tok_s", "Effective tok/s (steady: all prompt + generated)", "{:,.0f}"),
-    ("bottleneck", "Bottleneck", "{}"),
-    ("prefix_cache_hit_rate", "Prefix cache hit rate", "{:.1%}"),
-    ("prefix_cache_hit_rate_ceiling", "Hit-rate ceiling (whole shared blocks)", "{:.1%}"),
-    ("record_latency_p50_s", "Record latency p50 (s)", "{:,.1f}"),
-    ("record_latency_p95_s", "Record latency p95 (s)", "{:,.1f}"),
-    ("kv_cache_usage_max", "KV cache usage, max", "{:.1%}"),
-    ("preemptions", "Preemptions", "{:,}"),
+# report.md's table: each row's label, its format, and the figure it shows.
+ROWS: list[tuple[str, str, Callable[[JobReport], Any]]] = [
+    ("Records in input", "{:,}", lambda r: r.records),
+    ("Schedule", "{}", lambda r: r.schedule),
+    ("Done", "{:,}", lambda r: r.done),
+    ("Errors", "{:,}", lambda r: r.errors),
+    ("Calls per record", "{:.2f}", lambda r: r.calls_per_record),
+    ("Records/min (whole run)", "{:,.1f}", lambda r: r.records_per_min),
+    ("Records/min (steady, middle of run)", "{:,.1f}", lambda r: r.records_per_min_steady),
+    (
+        "Computed tok/s (steady: computed prompt + generated)",
+        "{:,.0f}",
+        lambda r: r.computed_tok_s,
+    ),
+    (
+        "Computed prompt tok/s (steady, not from the cache)",
+        "{:,.0f}",
+        lambda r: r.computed_prompt_tok_s,
+    ),
+    ("Generation tok/s (steady)", "{:,.0f}", lambda r: r.generation_tok_s),
+    ("Effective tok/s (steady: all prompt + generated)", "{:,.0f}", lambda r: r.effective_tok_s),
+    ("Bottleneck", "{}", lambda r: r.bottleneck),
+    ("Prefix cache hit rate", "{:.1%}", lambda r: r.prefix_cache_hit_rate),
+    (
+        "Hit-rate ceiling (whole shared blocks)",
+        "{:.1%}",
+        lambda r: r.prefix_cache_hit_rate_ceiling,
+    ),
+    ("Record latency p50 (s)", "{:,.1f}", lambda r: r.record_latency_p50_s),
+    ("Record latency p95 (s)", "{:,.1f}", lambda r: r.record_latency_p95_s),
+    ("KV cache usage, max", "{:.1%}", lambda r: r.kv_cache_usage_max),
+    ("Preemptions", "{:,}", lambda r: r.preemptions),
 ]
 
 
-def markdown(report: dict[str, Any], name: str) -> str:
+def markdown(report: JobReport, name: str) -> str:
     lines = [f"# Batch report: {name}", "", "| Figure | Value |", "|---|---|"]
-    for key, label, fmt in ROWS:
-        value = report.get(key)
+    for label, fmt, figure_of in ROWS:
+        value = figure_of(report)
         lines.append(f"| {label} | {'-' if value is None else fmt.format(value)} |")
     lines += _notes(report)
     lines += _decisions(report)
-    if report.get("prefix_steps"):
+    if report.prefix_steps:
         lines += [
             "",
-            f"Shared prefix per step (block size {report.get('block_size')}):",
+            f"Shared prefix per step (block size {report.block_size}):",
             "",
             "| Step | Shared tokens | Reusable (whole blocks) | Tail recomputed |",
             "|---|---|---|---|",
         ]
-        for step, p in report["prefix_steps"].items():
-            lines.append(
-                f"| {step} | {p['shared_tokens']} | {p['reusable_tokens']} | {p['tail_tokens']} |"
-            )
-    if report.get("steps"):
-        lines += _steps_table(report["steps"], report.get("hit_rate_verdict"))
-    lines += report_serving.markdown_lines(report.get("serving"))
+        for step, p in report.prefix_steps.items():
+            lines.append(f"| {step} | {p.shared_tokens} | {p.reusable_tokens} | {p.tail_tokens} |")
+    if report.steps:
+        lines += _steps_table(report.steps, report.hit_rate_verdict)
+    lines += report_serving.markdown_lines(report.serving)
     return "\n".join(lines) + "\n"
 
 
-def _decisions(report: dict[str, Any]) -> list[str]:
+def _decisions(report: JobReport) -> list[str]:
     """How many done records ended in each decision (the pipeline's final label), most first:
     the figure a researcher reads first, which only report.json's `finals` held."""
-    finals = report.get("finals") or {}
+    finals = report.finals
     done = sum(finals.values())
     if not done:
         return []
@@ -74,42 +87,38 @@ def _decisions(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _notes(report: dict[str, Any]) -> list[str]:
+def _notes(report: JobReport) -> list[str]:
     """Sentences for figures the table leaves out or that could mislead on their own."""
     notes = []
-    if not report.get("done") and report.get("finished"):
+    if not report.done and report.finished:
         notes.append(
-            f"No record was done ({report.get('errors', 0):,} errors), so no records/min "
-            "is reported."
+            f"No record was done ({report.errors:,} errors), so no records/min is reported."
         )
-    elif reason := report.get("records_per_min_steady_reason"):
+    elif reason := report.records_per_min_steady_reason:
         notes.append(f"Steady records/min: not measured: {reason}.")
-    if note := short_window_note(report.get("steady_samples"), "A steady window"):
+    if note := short_window_note(report.steady_samples, "A steady window"):
         notes.append(note)
-    if report.get("results_lines_note"):
-        notes.append(report["results_lines_note"])
-    if report.get("usage_impossible_note"):
-        notes.append(report["usage_impossible_note"])
+    if report.results_lines_note:
+        notes.append(report.results_lines_note)
+    if report.usage_impossible_note:
+        notes.append(report.usage_impossible_note)
     notes += [
-        f"**{OtherModelAnswers(**x).sentence()}**: their decisions are that model's, not the "
-        "pipeline's."
-        for x in report.get("other_model_answers") or []
+        f"**{x.sentence()}**: their decisions are that model's, not the pipeline's."
+        for x in report.other_model_answers
     ]
-    for step, n in (report.get("truncated_answers") or {}).items():
+    for step, n in report.truncated_answers.items():
         notes.append(
-            f"Step {step}: {n['cut']:,} of {n['answers']:,} answers were cut off at its "
+            f"Step {step}: {n.cut:,} of {n.answers:,} answers were cut off at its "
             'max_tokens (finish_reason "length"): their decisions are partial answers or the '
             "step's default; raise the step's max_tokens and run the job again (--restart, or "
             "a new --out)."
         )
-    if report.get("bottleneck_sentence"):
-        notes.append(f"Bottleneck: {report['bottleneck_sentence']}.")
-    if report.get("prefix_cache_hit_rate_note"):
-        notes.append(report["prefix_cache_hit_rate_note"])
-    notes += [
-        stalls.sentence(stalls.StallRow(**row)) for row in report.get("stalled_endpoints") or []
-    ]
-    if changes := (report.get("serving") or {}).get("changes"):
+    if report.bottleneck_sentence:
+        notes.append(f"Bottleneck: {report.bottleneck_sentence}.")
+    if report.prefix_cache_hit_rate_note:
+        notes.append(report.prefix_cache_hit_rate_note)
+    notes += [stalls.sentence(row) for row in report.stalled_endpoints]
+    if report.serving is not None and (changes := report.serving.changes):
         notes.append(
             f"The serving setup changed {len(changes)} time(s) during the job (see Serving "
             "record below): figures over the whole job mix the setups."
@@ -117,7 +126,7 @@ def _notes(report: dict[str, Any]) -> list[str]:
     return ["", *notes] if notes else []
 
 
-def _steps_table(steps: list[dict[str, Any]], summary: str | None) -> list[str]:
+def _steps_table(steps: Sequence[StepRow], summary: str | None) -> list[str]:
     """Per-step hit rate against its ceiling, and what the gap means."""
     pct = "{:.1%}".format
     lines = [
@@ -129,11 +138,11 @@ def _steps_table(steps: list[dict[str, Any]], summary: str | None) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for r in steps:
-        hit = "-" if r["hit_rate"] is None else pct(r["hit_rate"])
-        ceil = "-" if r["ceiling"] is None else pct(r["ceiling"])
-        lines.append(f"| {r['step']} | {r['calls']:,} | {r['prompt_tokens']:,} | {hit} | {ceil} |")
+        hit = "-" if r.hit_rate is None else pct(r.hit_rate)
+        ceil = "-" if r.ceiling is None else pct(r.ceiling)
+        lines.append(f"| {r.step} | {r.calls:,} | {r.prompt_tokens:,} | {hit} | {ceil} |")
     lines.append("")
-    lines += [f"- {r['verdict']}" for r in steps]
+    lines += [f"- {r.verdict}" for r in steps]
     if summary:
         lines += ["", summary]
     return lines
@@ -204,10 +213,18 @@ def plot(data: JobData, path: Path) -> None:
         plt.close(fig)
 
 
-def write_report(directory: Path) -> dict[str, Any]:
+def write_report(directory: Path) -> JobReport:
+    """Compute the report and write report.json (from the typed report), report.md and
+    throughput.png into the job folder."""
     data = load_dir(directory)
     report = compute_report(data)
-    write_atomic(directory / "report.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(directory / "report.md", markdown(report, directory.name))
-    plot(data, directory / "throughput.png")
+    files = JobFolder(directory).files
+    write_atomic(files.report_json, report_json(report))
+    write_atomic(files.report_md, markdown(report, directory.name))
+    plot(data, files.plot)
     return report
+
+
+def report_json(report: JobReport) -> str:
+    """report.json's text (also what `sparkops report --json` prints)."""
+    return json.dumps(report.to_json(), indent=2) + "\n"

@@ -7,11 +7,14 @@ records each setup served. Server facts only; nothing here reads a record's text
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sparkops.jobdir.fields import text_or_none
 from sparkops.jobdir.identity import IdentityChange, describe
+from sparkops.jobdir.job_report import Capacity, ServingSummary, SetupChange
 from sparkops.jobdir.serving_lines import (
     ServingChange,
     ServingLine,
@@ -38,7 +41,7 @@ def summarise(
     lines: Sequence[ServingRecord],
     epochs: Mapping[Any, int],
     samples: Sequence[TimelineSample] = (),
-) -> dict[str, Any] | None:
+) -> ServingSummary | None:
     """report.json's `serving`: the first start line's setup, every change, records per epoch,
     and the last run's capacity (concurrency against --max-num-seqs) with the waiting requests
     the timeline `samples` saw.
@@ -49,7 +52,7 @@ def summarise(
     if not starts:
         return None
     first = starts[0]
-    changes: list[dict[str, Any]] = []
+    changes: list[SetupChange] = []
     for x in lines:
         if x is first:
             continue
@@ -59,57 +62,55 @@ def summarise(
             for base, items in x.changes.items():
                 changes.append(_change(x, base, items, epochs, between_runs=True))
     kits = list(dict.fromkeys(str(x.kit_version) for x in starts))
-    return {
-        "kit_version": first.kit_version,
-        "kit_versions": kits if len(kits) > 1 else None,
-        "pipeline_fingerprint": first.context.get("pipeline_fingerprint"),
-        "input_fingerprint": first.context.get("input_fingerprint"),
-        "gpu": first.gpu,
-        "stack": first.stack,
-        "endpoints": first.endpoints,
-        "changes": changes,
-        "records_by_serving": {str(k): v for k, v in sorted(epochs.items(), key=_key)},
-        "capacity": _capacity(starts, samples),
-    }
+    return ServingSummary(
+        kit_version=text_or_none(first.kit_version),
+        kit_versions=tuple(kits) if len(kits) > 1 else None,
+        pipeline_fingerprint=text_or_none(first.context.get("pipeline_fingerprint")),
+        input_fingerprint=text_or_none(first.context.get("input_fingerprint")),
+        gpu=first.gpu if isinstance(first.gpu, dict) else None,
+        stack=first.stack if isinstance(first.stack, dict) else None,
+        endpoints=first.endpoints,
+        changes=tuple(changes),
+        records_by_serving={str(k): v for k, v in sorted(epochs.items(), key=_key)},
+        capacity=_capacity(starts, samples),
+    )
 
 
-def _capacity(
-    starts: list[ServingStart], samples: Sequence[TimelineSample]
-) -> dict[str, Any] | None:
-    """The last run's capacity record (batch/identity.capacity) and the waiting
+def _capacity(starts: list[ServingStart], samples: Sequence[TimelineSample]) -> Capacity | None:
+    """The last run's capacity record (jobdir/identity.capacity) and the waiting
     requests (vllm:num_requests_waiting) per timeline sample: peak and median."""
     caps = [x.capacity for x in starts if x.capacity is not None]
     if not caps:
         return None
     waits = [float(s.v["waiting"]) for s in samples if "waiting" in s.v]
-    return {
-        **caps[-1],
-        "waiting_peak": max(waits) if waits else None,
-        "waiting_median": statistics.median(waits) if waits else None,
-    }
+    return dataclasses.replace(
+        Capacity.from_json(caps[-1]),
+        waiting_peak=max(waits) if waits else None,
+        waiting_median=statistics.median(waits) if waits else None,
+    )
 
 
-def capacity_text(cap: Mapping[str, Any] | None) -> str | None:
+def capacity_text(cap: Capacity | None) -> str | None:
     """The report's sentence on concurrency against the server's --max-num-seqs."""
-    if not cap:
+    if cap is None:
         return None
-    peak, median = cap.get("waiting_peak"), cap.get("waiting_median")
+    peak, median = cap.waiting_peak, cap.waiting_median
     waiting = (
         f"waiting requests per sample: peak {peak:,.0f}, median {median:,.0f}"
         if peak is not None and median is not None
         else "no waiting figures sampled"
     )
-    per, seqs = cap.get("per_endpoint"), cap.get("max_num_seqs")
-    spread = "" if per == cap.get("concurrency") else f" ({per} per endpoint)"
-    if cap.get("over"):
+    per, seqs = cap.per_endpoint, cap.max_num_seqs
+    spread = "" if per == cap.concurrency else f" ({per} per endpoint)"
+    if cap.over:
         return (
-            f"**--concurrency {cap.get('concurrency')}{spread} was above the server's "
+            f"**--concurrency {cap.concurrency}{spread} was above the server's "
             f"--max-num-seqs {seqs}**: requests beyond it waited in the server's queue "
             f"({waiting}); their latency includes that wait. Lower --concurrency to {seqs} "
             "or raise --max-num-seqs."
         )
     return (
-        f"- Capacity: --concurrency {cap.get('concurrency')}{spread} within the server's "
+        f"- Capacity: --concurrency {cap.concurrency}{spread} within the server's "
         f"--max-num-seqs {seqs} ({waiting})"
     )
 
@@ -120,56 +121,52 @@ def _change(
     items: list[IdentityChange],
     epochs: Mapping[Any, int],
     between_runs: bool = False,
-) -> dict[str, Any]:
+) -> SetupChange:
     epoch = line.serving
     after = 0
     if epoch is not None:
         after = sum(n for k, n in epochs.items() if isinstance(k, int) and k >= epoch)
-    return {
-        "t": line.t,
-        "run": line.run,
-        "endpoint": base,
-        "serving": epoch,
-        "between_runs": between_runs,
-        "results_from": line.results_from,
-        "records_after": after,
-        "changes": [c.as_dict() for c in items],
-    }
+    return SetupChange(
+        t=line.t,
+        run=line.run,
+        endpoint=base,
+        serving=epoch,
+        between_runs=between_runs,
+        results_from=line.results_from,
+        records_after=after,
+        changes=tuple(items),
+    )
 
 
-def change_text(change: Mapping[str, Any]) -> str:
+def change_text(change: SetupChange) -> str:
     """One sentence for a change (report.md, `sparkops compare`)."""
-    items = [
-        IdentityChange(str(c.get("field")), c.get("before"), c.get("after"))
-        for c in change["changes"]
-    ]
     when = (
-        f"between runs (run {change.get('run')} found it changed)"
-        if change.get("between_runs")
-        else f"during run {change.get('run')}"
+        f"between runs (run {change.run} found it changed)"
+        if change.between_runs
+        else f"during run {change.run}"
     )
     return (
-        f"Endpoint {change['endpoint']} changed {when}: {describe(items, limit=8)}; "
-        f"{change.get('records_after', 0):,} record(s) finished after it (the results lines "
-        f"after the first {change.get('results_from')}, marked serving={change.get('serving')})."
+        f"Endpoint {change.endpoint} changed {when}: {describe(change.changes, limit=8)}; "
+        f"{change.records_after:,} record(s) finished after it (the results lines "
+        f"after the first {change.results_from}, marked serving={change.serving})."
     )
 
 
-def markdown_lines(summary: Mapping[str, Any] | None) -> list[str]:
+def markdown_lines(summary: ServingSummary | None) -> list[str]:
     """The report.md section (empty without a serving record)."""
-    if not summary:
+    if summary is None:
         return []
     lines = ["", "## Serving record", ""]
-    if summary.get("changes"):
+    if summary.changes:
         lines.append(
-            f"**The serving setup changed {len(summary['changes'])} time(s) during the job**: "
+            f"**The serving setup changed {len(summary.changes)} time(s) during the job**: "
             "figures that mix the setups mix two experiments."
         )
-        lines += [f"- {change_text(c)}" for c in summary["changes"]]
+        lines += [f"- {change_text(c)}" for c in summary.changes]
         lines.append("")
     else:
         lines += ["The serving setup did not change during the job.", ""]
-    for base, ident in (summary.get("endpoints") or {}).items():
+    for base, ident in summary.endpoints.items():
         lines += [f"Endpoint {base} at the start:", "", "| Field | Value |", "|---|---|"]
         if not isinstance(ident, dict) or "unreachable" in ident:
             why = ident.get("unreachable") if isinstance(ident, dict) else "no answer"
@@ -182,16 +179,16 @@ def markdown_lines(summary: Mapping[str, Any] | None) -> list[str]:
         if unset:
             lines.append(f"| ({len(unset)} more without a value) | see serving.jsonl |")
         lines.append("")
-    lines.append(f"- Kit version: {summary.get('kit_version')}")
-    if summary.get("kit_versions"):
-        lines.append(f"- Kit versions over the runs: {', '.join(summary['kit_versions'])}")
+    lines.append(f"- Kit version: {summary.kit_version}")
+    if summary.kit_versions:
+        lines.append(f"- Kit versions over the runs: {', '.join(summary.kit_versions)}")
     lines.append(
-        f"- Pipeline fingerprint {summary.get('pipeline_fingerprint')}, input fingerprint "
-        f"{summary.get('input_fingerprint')}"
+        f"- Pipeline fingerprint {summary.pipeline_fingerprint}, input fingerprint "
+        f"{summary.input_fingerprint}"
     )
-    lines.append(f"- GPU: {gpu_text(summary.get('gpu'))}")
-    lines.append(f"- Stack: {stack_text(summary.get('stack'))}")
-    if text := capacity_text(summary.get("capacity")):
+    lines.append(f"- GPU: {gpu_text(summary.gpu)}")
+    lines.append(f"- Stack: {stack_text(summary.stack)}")
+    if text := capacity_text(summary.capacity):
         lines.append(text if text.startswith("- ") else f"\n{text}")
     return lines
 

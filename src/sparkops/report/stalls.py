@@ -6,26 +6,10 @@ readers need it: the report reads a job folder without loading the client.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
-
+from sparkops.jobdir.job_report import StallRow
 from sparkops.jobdir.lines import RunEvent
 
-
-@dataclass(slots=True)
-class StallRow:
-    """One stall of one endpoint in one run, for the report (report.json's
-    `stalled_endpoints`): how long it was quiet, how many calls were re-routed, and after how
-    long it rejoined (None: it did not before the run ended)."""
-
-    endpoint: str | None
-    run: int
-    quiet_s: float | None
-    rerouted: int
-    rejoined_after_s: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+__all__ = ["StallRow", "sentence", "summarise"]
 
 
 def summarise(events: list[RunEvent]) -> list[StallRow]:

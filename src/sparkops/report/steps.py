@@ -9,9 +9,10 @@ pressure (shared blocks evicted between uses). Pure: totals in, figures and sent
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from sparkops.jobdir.job_report import PrefixRecord, StepRow
 
 # Points of hit rate below the ceiling that still count as "at the ceiling" (vLLM keeps the
 # last prompt token out of the cache and counts whole blocks, so a small gap is not pressure);
@@ -73,7 +74,7 @@ class StepTotals:
         return self.calls > 0 and self.calls_with_reusable == self.calls
 
 
-def diagnose(totals: Mapping[str, StepTotals]) -> list[dict[str, Any]]:
+def diagnose(totals: Mapping[str, StepTotals]) -> list[StepRow]:
     """One row per step, in pipeline order as given: figures plus a one-sentence verdict."""
     rows = []
     for step, t in totals.items():
@@ -82,15 +83,15 @@ def diagnose(totals: Mapping[str, StepTotals]) -> list[dict[str, Any]]:
         ceiling = _r(t.reusable_tokens / t.prompt_tokens) if t.ceiling_known else None
         achieved = _r(t.cached_tokens / t.prompt_tokens) if t.cached_known else None
         rows.append(
-            {
-                "step": step,
-                "calls": t.calls,
-                "prompt_tokens": t.prompt_tokens,
-                "cached_tokens": t.cached_tokens if t.cached_known else None,
-                "hit_rate": achieved,
-                "ceiling": ceiling,
-                "verdict": verdict(step, achieved, ceiling),
-            }
+            StepRow(
+                step=step,
+                calls=t.calls,
+                prompt_tokens=t.prompt_tokens,
+                cached_tokens=t.cached_tokens if t.cached_known else None,
+                hit_rate=achieved,
+                ceiling=ceiling,
+                verdict=verdict(step, achieved, ceiling),
+            )
         )
     return rows
 
@@ -158,19 +159,21 @@ def above_ceiling(achieved: float, ceiling: float) -> str:
     )
 
 
-def overall(rows: list[dict[str, Any]]) -> str | None:
+def overall(rows: Sequence[StepRow]) -> str | None:
     """One sentence for the whole job, weighting steps by prompt tokens."""
-    usable = [r for r in rows if r["hit_rate"] is not None and r["ceiling"] is not None]
+    usable = [
+        (r, r.hit_rate, r.ceiling) for r in rows if r.hit_rate is not None and r.ceiling is not None
+    ]
     if not usable:
         return None
-    prompt = sum(r["prompt_tokens"] for r in usable)
+    prompt = sum(r.prompt_tokens for r, _, _ in usable)
     if not prompt:
         return None
-    achieved = sum(r["hit_rate"] * r["prompt_tokens"] for r in usable) / prompt
-    ceiling = sum(r["ceiling"] * r["prompt_tokens"] for r in usable) / prompt
+    achieved = sum(hit * r.prompt_tokens for r, hit, _ in usable) / prompt
+    ceiling = sum(ceil * r.prompt_tokens for r, _, ceil in usable) / prompt
     pressure = max(0.0, (ceiling - achieved) * 100)
     design = (1 - ceiling) * 100
-    worst = max(usable, key=lambda r: (r["ceiling"] - r["hit_rate"]) * r["prompt_tokens"])
+    worst, _, _ = max(usable, key=lambda x: (x[2] - x[1]) * x[0].prompt_tokens)
     if (achieved - ceiling) * 100 > PRESSURE_POINTS:
         return "Over the whole job: " + above_ceiling(achieved, ceiling)
     if pressure <= PRESSURE_POINTS:
@@ -180,25 +183,20 @@ def overall(rows: list[dict[str, Any]]) -> str | None:
         )
     return (
         f"You lose {pressure:.1f} points of hit rate to cache pressure (most in step "
-        f"{worst['step']}) and {design:.1f} to prompt design: try --schedule step-aware, a lower "
+        f"{worst.step}) and {design:.1f} to prompt design: try --schedule step-aware, a lower "
         "--concurrency, or more KV cache memory."
     )
 
 
-def short_prefix_note(prefix: Mapping[str, Any]) -> str | None:
+def short_prefix_note(prefix: PrefixRecord) -> str | None:
     """Name the block size as the cause where a step's shared prefix is shorter than one block:
     vLLM caches whole blocks only, so such a step reuses nothing, which "prompt design" alone
     does not explain (the sample's 40-78-token openings against vLLM-CPU's 128-token block)."""
-    block = prefix.get("block_size")
-    steps = prefix.get("steps") or {}
-    if not isinstance(block, int) or block < 1 or not isinstance(steps, Mapping):
+    block = prefix.block_size
+    if block is None or block < 1:
         return None
     short = {
-        name: p["shared_tokens"]
-        for name, p in steps.items()
-        if isinstance(p, Mapping)
-        and isinstance(p.get("shared_tokens"), int)
-        and p["shared_tokens"] < block
+        name: p.shared_tokens for name, p in (prefix.steps or {}).items() if p.shared_tokens < block
     }
     if not short:
         return None
