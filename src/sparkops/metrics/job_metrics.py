@@ -35,7 +35,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-PREFIX = "sparkops_job"
+# Prometheus' namespace and subsystem (prometheus_client's words): every name starts
+# sparkops_job_.
+NAMESPACE, SUBSYSTEM = "sparkops", "job"
+PREFIX = f"{NAMESPACE}_{SUBSYSTEM}"
 # The identity fields (jobdir/identity.py) the serving info metric carries as labels: the
 # ones an operator asks "did it change?" about. Cache settings stay in serving.jsonl.
 SERVING_LABELS = ("model", "version", "max_model_len")
