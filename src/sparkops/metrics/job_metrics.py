@@ -120,11 +120,11 @@ class JobSnapshot:
         return max(0, self.input_records - self.done - self.errors)
 
 
+@dataclass(frozen=True, slots=True)
 class _Families:
     """Builds metric families that all carry the job's `job_folder` label."""
 
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
+    folder: str
 
     def gauge(self, name: str, doc: str, value: float | None) -> Iterator[Metric]:
         """One unlabelled (but for the folder) gauge; nothing when the value is unknown."""
@@ -326,12 +326,12 @@ def _serving(snap: JobSnapshot) -> Iterator[Metric]:
     )
 
 
+@dataclass(frozen=True)
 class SnapshotCollector(Collector):
     """A prometheus_client collector that asks `source` for a fresh snapshot on each scrape
     (a custom collector: the figures are computed, not updated metric by metric)."""
 
-    def __init__(self, source: Callable[[], JobSnapshot]) -> None:
-        self.source = source
+    source: Callable[[], JobSnapshot]
 
     def collect(self) -> Iterator[Metric]:
         return families(self.source())
