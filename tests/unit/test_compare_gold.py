@@ -17,6 +17,7 @@ import shutil
 
 import pytest
 from rich.console import Console
+from statsmodels.stats.proportion import proportion_confint
 
 from sparkops.compare.stats import Confusion, baseline_text, confusion, no_better_text
 from sparkops.local.demo import print_decisions
@@ -99,7 +100,14 @@ def test_gold_map_gives_the_true_accuracy(tmp_path):
     table = run_cli("compare", a, b, "--gold", gold, "--gold-map", "TRUE=yes,FALSE=no")
     assert table.returncode == 0, table
     rows = [" ".join(line.replace("│", " ").split()) for line in table.stdout.splitlines()]
-    assert "A 69.0% 69.0% (always 'no') 2.2% 99.0% 2 2 205 91" in rows
+    assert f"baseline ('no') {said(207, 300)} {said(207, 300)}" in rows
+    assert any(r.startswith(f"accuracy {said(207, 300)} ") for r in rows)
+
+
+def said(count: int, n: int) -> str:
+    """A proportion as compare prints it: the figure and its 95% Wilson interval."""
+    low, high = proportion_confint(count, n, method="wilson")
+    return f"{count / n:.1%} ({100 * low:.1f}-{100 * high:.1f})"
 
 
 def test_gold_map_mistakes_are_refused_with_the_fix(tmp_path):
@@ -233,9 +241,12 @@ def test_compare_shows_the_baseline_and_says_when_a_run_is_no_better(tmp_path):
     assert done.returncode == 0 and done.stderr == "", done
     lines = done.stdout.splitlines()
     rows = [" ".join(line.replace("│", " ").split()) for line in lines]
-    assert "A 69.0% 69.0% (always 'no') 2.2% 99.0% 2 2 205 91" in rows
-    assert "B 69.7% 69.0% (always 'no') 3.2% 99.5% 3 1 206 90" in rows
-    assert "majority-class baseline" in done.stdout
+    # each figure per run with its 95% Wilson interval; the baseline beside accuracy
+    assert any(r.startswith(f"accuracy {said(207, 300)} {said(209, 300)} +0.7 (") for r in rows)
+    assert f"baseline ('no') {said(207, 300)} {said(207, 300)}" in rows
+    assert any(r.startswith(f"sensitivity {said(2, 93)} {said(3, 93)} +1.1 (") for r in rows)
+    assert any(r.startswith(f"specificity {said(205, 207)} {said(206, 207)} +0.5 (") for r in rows)
+    assert "TP/FP/TN/FN 2/2/205/91 3/1/206/90" in rows
     assert (
         "Run A: accuracy 69.0% (majority-class baseline 69.0%: always 'no'): no better than "
         "answering 'no' to every record." in lines

@@ -10,6 +10,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sparkops.compare.equivalence import parse_margin
+from sparkops.compare.evidence import (
+    Evidence,
+    checked_bootstrap,
+    gather,
+    print_evidence,
+    print_methods,
+    print_run_rates,
+)
 from sparkops.compare.gold import (
     apply_gold_map,
     id_problem,
@@ -17,6 +26,7 @@ from sparkops.compare.gold import (
     parse_gold_map,
     step_labels,
 )
+from sparkops.compare.intervals import DEFAULT_RESAMPLES, DEFAULT_SEED
 from sparkops.compare.runs import RunDecisions, load_gold, load_run, same_job
 from sparkops.compare.serving import Setup, load_setup, setup_diff
 from sparkops.compare.stats import (
@@ -35,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compare",
         help="agreement and accuracy of two runs over the same records (e.g. FP8 vs 4-bit)",
         description="Compare two batch runs' decisions: agreement, changed records, accuracy "
-        "against gold labels and McNemar's test on the paired decisions.",
+        "against gold labels and McNemar's test on the paired decisions, every figure with its "
+        "95% interval (Wilson for proportions, a paired bootstrap for kappa and differences), "
+        "and with --margin an equivalence verdict.",
     )
     parser.add_argument("run_a", type=Path, help="first run: output directory or results.jsonl")
     parser.add_argument("run_b", type=Path, help="second run: output directory or results.jsonl")
@@ -61,12 +73,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "included, is negative (the output counts each label in its own row); refused when it "
         "matches no decision and the decisions share no label with --gold",
     )
+    parser.add_argument(
+        "--margin",
+        metavar="POINTS%",
+        help="the largest difference B - A you accept in a figure, in percentage points with a "
+        "%% sign (e.g. 2%%): adds a verdict per paired figure (positive rate; with --gold "
+        "accuracy, sensitivity, specificity): equivalent within it (paired TOST), different "
+        "(McNemar), or not shown either way with about how many records would settle it",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=DEFAULT_RESAMPLES,
+        help="paired bootstrap resamples for the intervals of kappa and of the differences "
+        f"(default {DEFAULT_RESAMPLES:,}; 1,000 or more)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help=f"the bootstrap's random seed (default {DEFAULT_SEED}): the same seed gives the "
+        "same intervals",
+    )
     parser.add_argument("--show", type=int, default=20, help="changed records to list")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(func=run_compare)
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    boot = checked_bootstrap(args.resamples, args.seed)
+    margin = parse_margin(args.margin) if args.margin is not None else None
     run_a, run_b = load_run(args.run_a), load_run(args.run_b)
     positive = args.positive or ["yes"]
     mapping = parse_gold_map(args.gold_map)
@@ -92,9 +128,10 @@ def run_compare(args: argparse.Namespace) -> int:
         warnings.append(problem[0])
     for warning in warnings:
         print(f"sparkops: warning: {warning}", file=sys.stderr)
+    evidence = gather(result, run_a.decisions, run_b.decisions, gold, positive, boot, margin)
     setups = (load_setup(args.run_a), load_setup(args.run_b))
     if args.json:
-        out = result.as_dict()
+        out = result.as_dict() | evidence.as_dict()
         out["warnings"] = warnings
         out["gold_map"] = mapping
         out["runs"] = {
@@ -105,7 +142,7 @@ def run_compare(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     else:
         console = stdout_console()
-        print_comparison(result, run_a, run_b, args.show, console, setups)
+        print_comparison(result, run_a, run_b, args.show, console, setups, evidence)
     return 0
 
 
@@ -184,9 +221,9 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def _kappa(result: Comparison) -> str:
+def _kappa(result: Comparison, evidence: Evidence) -> str:
     if result.kappa is not None:
-        return f"{result.kappa:.3f}"
+        return evidence.intervals.kappa.plain()
     return "undefined (both runs gave every record one and the same class)"
 
 
@@ -211,7 +248,8 @@ def print_comparison(
     run_b: RunDecisions,
     show: int,
     console: Console,
-    setups: tuple[Setup | None, Setup | None] = (None, None),
+    setups: tuple[Setup | None, Setup | None],
+    evidence: Evidence,
 ) -> None:
     summary = Table(title="Run A vs run B", show_header=False)
     summary.add_row("A", f"{run_a.path} ({len(run_a.decisions)} decisions, {run_a.errors} errors)")
@@ -219,8 +257,8 @@ def print_comparison(
     summary.add_row(
         "paired records", f"{result.paired} (only A: {result.only_a}, only B: {result.only_b})"
     )
-    summary.add_row("agreement", _pct(result.agreement))
-    summary.add_row("Cohen's kappa", _kappa(result))
+    summary.add_row("agreement (95% Wilson)", evidence.intervals.agreement.percent())
+    summary.add_row("Cohen's kappa (95% bootstrap)", _kappa(result, evidence))
     summary.add_row("changed decisions", str(len(result.changed)))
     test = result.mcnemar_decisions
     summary.add_row(
@@ -229,25 +267,10 @@ def print_comparison(
     )
     console.print(summary)
     print_labels(result, console)
+    print_run_rates(evidence, console)
+    print_evidence(evidence, result, console)
 
     if result.gold_a and result.gold_b and result.mcnemar_correct:
-        table = Table(title=f"Against gold labels ({result.gold_paired} records)")
-        columns = ("run", "accuracy", "majority-class baseline", "sensitivity", "specificity")
-        for column in (*columns, "TP", "FP", "TN", "FN"):
-            table.add_column(column, justify="right")
-        for name, conf in (("A", result.gold_a), ("B", result.gold_b)):
-            table.add_row(
-                name,
-                _pct(conf.accuracy),
-                f"{_pct(conf.baseline)} (always '{conf.majority}')",
-                _pct(conf.sensitivity),
-                _pct(conf.specificity),
-                str(conf.tp),
-                str(conf.fp),
-                str(conf.tn),
-                str(conf.fn),
-            )
-        console.print(table)
         for name, conf in (("A", result.gold_a), ("B", result.gold_b)):
             verdict = no_better_text(conf)
             if verdict:
@@ -261,6 +284,7 @@ def print_comparison(
             f"McNemar on correctness: only A right {test.b}, only B right {test.c}; exact "
             f"p = {test.p_exact:.4g}, chi2 = {test.chi2:.3f} (p = {test.p_chi2:.4g})"
         )
+    print_methods(evidence, console)
 
     print_serving(*setups, console)
 

@@ -88,12 +88,28 @@ class Confusion:
         negatives = self.tn + self.fp
         return self.tn / negatives if negatives else None
 
+    @property
+    def ppv(self) -> float | None:
+        """Positive predictive value: of the records the run called positive, the share that
+        are (the figure a screening's reader acts on)."""
+        said = self.tp + self.fp
+        return self.tp / said if said else None
+
+    @property
+    def npv(self) -> float | None:
+        """Negative predictive value: of the records the run called negative, the share that
+        are."""
+        said = self.tn + self.fn
+        return self.tn / said if said else None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             **asdict(self),
             "accuracy": self.accuracy,
             "sensitivity": self.sensitivity,
             "specificity": self.specificity,
+            "ppv": self.ppv,
+            "npv": self.npv,
             "baseline": {
                 "accuracy": self.baseline,
                 "answer": self.majority,
