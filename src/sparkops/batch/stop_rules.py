@@ -29,24 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkops.batch.endpoints import SUSPEND_SLACK_S, EndpointPool
+from sparkops.batch.hooks import Stop as Stop  # the rules' answer; the run's hooks hold it
 from sparkops.batch.outcome import Failure
-
-
-@dataclass(frozen=True)
-class Stop:
-    """Why a job stopped before its input was done (every unfinished record resumes).
-
-    kind: "signal" (SIGINT/SIGTERM; `signum` set), "fail-fast" (the first calls all failed
-    with one cause), "no-answer" (no endpoint answered for --retry-for seconds), "stalled"
-    (every endpoint stalled), "unheld" (answers outside a constrained step's allowed set),
-    "serving-changed" (--strict-serving saw an endpoint's identity
-    change, batch/serving.py) or "model-changed" (--strict-serving saw answers from a model
-    other than the pipeline's).
-    """
-
-    kind: str
-    message: str
-    signum: int | None = None
 
 
 @dataclass
@@ -111,6 +95,11 @@ class NoAnswer:
         self.last_failure = failure
         if failure.unreachable:
             self.unreachable = True  # refused or reset: no server there, whatever the record
+
+    def check_unanswered(self) -> None:
+        """A check request (batch/checks.py) got no answer: nobody is there, whatever the
+        record, so the deadline may stop the job."""
+        self.unreachable = True
 
     def due(self, now: float) -> bool:
         return (
