@@ -29,6 +29,7 @@ from sparkops.local import paths
 from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
 from sparkops.metrics.scrape import fetch_metrics
+from sparkops.openai_http import ServerClient, auth_headers
 from sparkops.pipeline import constrain
 from sparkops.profiles import load_profile
 from sparkops.render import render_inventory
@@ -156,10 +157,10 @@ def _probes_through(base_url: str, key: str) -> list[str | None]:
     `base_url`: None where the constraint held, else what went wrong."""
 
     async def probes() -> list[str | None]:
-        headers = {"Authorization": f"Bearer {key}"}
         async with aiohttp.ClientSession() as session:
+            client = ServerClient(session, auth_headers(key), constrain.PROBE_TIMEOUT_S)
             modes: list[constrain.Mode] = ["choice"] * 4 + ["json"] * 2
-            return [await constrain.probe(session, base_url, "tiny", m, headers) for m in modes]
+            return [await constrain.probe(client, base_url, "tiny", m) for m in modes]
 
     return asyncio.run(probes())
 

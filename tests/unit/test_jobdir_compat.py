@@ -24,6 +24,7 @@ import pytest
 
 from sparkops.batch import serving, stall
 from sparkops.batch.fate import Fates, RecordState, Stats
+from sparkops.batch.hooks import RunHooks
 from sparkops.batch.outcome import Answer, Failure, Kind, http_failure, record_failure
 from sparkops.batch.records import Record
 from sparkops.bench.sweep import summarise_level
@@ -261,8 +262,8 @@ def write_job(out: Path, kind: str, clock: _Clock) -> None:
             {"concurrency": 8, "endpoints": 2, "schedule": "fifo" if run == 1 else "prefix"},
         )
         append_json(out / RUNS, start.to_json())
-        fates = Fates(journal, Stats(), run)
-        fates.serving = log.epoch
+        # the epoch the run found (a change mid-run is written, its records keep this one)
+        fates = Fates(journal, Stats(), run, RunHooks(epoch=lambda epoch=log.epoch: epoch))
         _samples(out, clock, run, EP, clock.now, 8, 5000.0 * run)
         _samples(out, clock, run, EP2, clock.now + 1, 6, 100.0)
         for i in range(15):

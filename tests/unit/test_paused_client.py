@@ -71,21 +71,20 @@ def _caller(pool: EndpointPool, transport, no_answer: NoAnswer, stops: list[Stop
 
 def test_the_pool_clock_leaves_out_a_pause_the_watchdog_has_not_ticked_through(clock):
     pool = EndpointPool.from_urls(["http://a:8000"], stall_after=0)
-    pool.watchdog_tick, pool.watchdog_period = clock.t, 1.0
+    pool.watchdog_started(clock.t, 1.0)
     start = pool.now()
     clock.t += 1.0 + SUSPEND_SLACK_S  # a late tick, not yet a pause
     assert pool.now() == pytest.approx(start + 1.0 + SUSPEND_SLACK_S)
     clock.t += PAUSE_S
     assert pool.now() == pytest.approx(start + 1.0)  # the pause, unseen, is left out
     late = clock.t - pool.watchdog_tick - pool.watchdog_period
-    pool.suspended += late  # what the watchdog's tick then adds: the clock does not jump
-    pool.watchdog_tick = clock.t
+    pool.watchdog_ticked(clock.t, late)  # what the watchdog's tick adds: the clock does not jump
     assert pool.now() == pytest.approx(start + 1.0)
 
 
 def test_a_call_that_timed_out_in_a_pause_is_sent_again_not_failed(clock):
     pool = EndpointPool.from_urls(["http://a:8000"], stall_after=0)
-    pool.watchdog_tick, pool.watchdog_period = clock.t, 1.0
+    pool.watchdog_started(clock.t, 1.0)
     no_answer = NoAnswer(RETRY_FOR_S, last_ok=pool.now())
     transport = PausedTransport(clock, pool, no_answer)
     stops: list[Stop] = []

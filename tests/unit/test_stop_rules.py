@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.outcome import TIMED_OUT, http_failure, record_failure, transport_failure
 from sparkops.batch.stop_rules import FailFast, NoAnswer, SuspendDetector
@@ -63,6 +65,6 @@ def test_the_pool_clock_and_the_stall_windows_skip_suspended_time():
         watch = pool.endpoints[0].watch
         assert watch is not None
         watch.sent(pool.now() - 30.0)
-        pool.suspended += suspended  # what the watchdog adds when it finds the gap
+        pool.watchdog_ticked(time.monotonic(), suspended)  # the gap the watchdog finds
         stalled.append([c.kind for c in pool.check()])
     assert stalled == [["stalled"], []]

@@ -10,15 +10,14 @@ gets the check request the job's pre-flight sends too (`CHECK_PATH`, `check_body
 answers, the server is fine and the failing or hanging calls are the record's own.
 
 Also here: which model answered. Each answer names its `model`; one other than the
-pipeline's (a router's fallback) is reported once per model through `on_other_model`, and
-with --strict-serving stops the job.
+pipeline's (a router's fallback) is reported once per model through the run's hooks (the
+serving record's line, and a warning), and with --strict-serving stops the job.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -34,10 +33,12 @@ from sparkops.batch.outcome import (
 )
 from sparkops.batch.stop_rules import Stop
 from sparkops.errors import UserError
+from sparkops.openai_http import ServerClient
 from sparkops.privacy import redact
 
 if TYPE_CHECKING:
     from sparkops.batch.endpoints import EndpointPool
+    from sparkops.batch.hooks import RunHooks
     from sparkops.batch.stop_rules import NoAnswer
     from sparkops.batch.transport import Transport
 
@@ -77,46 +78,41 @@ class Checks:
 
     def __init__(
         self,
+        transport: Transport,
         pool: EndpointPool,
         no_answer: NoAnswer,
-        stop: Callable[[Stop], None],
+        hooks: RunHooks,
         model: str | None,
         expected: str | None,
         *,
-        request_timeout: float,
         strict_model: bool = False,
     ) -> None:
-        """model: the one the check request names; expected: the workload's (None for an
-        OpenAI batch file, whose lines name their own: no answer is then another model's).
-        `stop` stops the job (--strict-serving and another model; the engine's `stop`)."""
-        self.request_timeout = request_timeout
+        """transport: the engine's (its client's timeout bounds a check request too); model:
+        the one the check request names; expected: the workload's (None for an OpenAI batch
+        file, whose lines name their own: no answer is then another model's). `hooks`: the
+        run's (another model is recorded and said there; --strict-serving stops the job)."""
+        self.transport = transport
         self.strict_model = strict_model
         self.pool = pool
         self.no_answer = no_answer
-        self.stop = stop
-        self.transport: Transport | None = None  # the engine's, once its session is open
+        self.hooks = hooks
         self.model = expected
         self.payload = json.dumps(check_body(model)).encode()
         self.other_models: set[str] = set()
-        # called once per other model with the expected one (the job writes a serving line
-        # and warns)
-        self.on_other_model: Callable[[str, str], None] | None = None
 
     async def answers(self, ep: Endpoint, within: float = CHECK_TIMEOUT_S) -> bool:
         """Whether `ep` answers the check request within `within` seconds; a failure marks
         the job's no-answer rule as confirmed, so the job-level deadline can stop it."""
-        transport = self.transport
-        assert transport is not None
-        timeout = min(within, self.request_timeout)
+        timeout = min(within, self.transport.client.timeout)
         try:
             async with asyncio.timeout(timeout):
-                outcome = await transport.attempt(ep, CHECK_PATH, self.payload, False)
+                outcome = await self.transport.attempt(ep, CHECK_PATH, self.payload, False)
         except TimeoutError:
             outcome = None
         if isinstance(outcome, Answer):
             self.no_answer.answered(self.pool.now())
             return True
-        self.no_answer.unreachable = True
+        self.no_answer.check_unanswered()
         return False
 
     async def stalled_alone(self) -> bool:
@@ -148,31 +144,27 @@ class Checks:
         if model in self.other_models:
             return not strict
         self.other_models.add(model)
-        if self.on_other_model is not None:
-            self.on_other_model(model, expected)
+        self.hooks.other_model(model, expected)  # the serving record's line
         if strict:
-            self.stop(Stop("model-changed", other_model_message(model, expected, True)))
+            self.hooks.stop(Stop("model-changed", other_model_message(model, expected, True)))
+        else:
+            self.hooks.say(other_model_message(model, expected, False))
         return not strict
 
 
 # ---- before the first record ------------------------------------------------------------
-async def check_endpoints(
-    session: aiohttp.ClientSession,
-    bases: list[str],
-    model: str | None,
-    headers: dict[str, str],
-    timeout: float,
-) -> str | None:
+async def check_endpoints(client: ServerClient, bases: list[str], model: str | None) -> str | None:
     """Every endpoint, before the first record: /v1/models answers like an OpenAI server and
     serves the pipeline's `model`, and one real tiny request (batch/checks.py) is not refused
     as 401/403/404/407 (a wrong key, path or proxy login answers every record alike: a job
     spreading calls over it would fail its share of them). UserError (exit 2) naming the
     endpoint and the fix; other failures of the check request (a 5xx, a slow server) are
-    left to the job's retry and stall rules. Returns the first endpoint's first model.
+    left to the job's retry and stall rules. Each request waits the client's timeout at
+    most. Returns the first endpoint's first model.
     """
     first: str | None = None
     for base in dict.fromkeys(bases):  # each distinct endpoint once
-        names = await _served_models(session, base, headers, timeout)
+        names = await _served_models(client, base)
         if model is not None and model not in names:
             raise UserError(
                 f"model {model!r} is not served at {redact(base)} (serving {names}); "
@@ -180,8 +172,7 @@ async def check_endpoints(
             )
         if first is None and names:
             first = names[0]
-        outcome = await _check_request(session, base, model or (names[0] if names else None),
-                                       headers, timeout)  # fmt: skip
+        outcome = await _check_request(client, base, model or (names[0] if names else None))
         # A 404 to the chat check proves a wrong path only for a pipeline job (chat calls); an
         # OpenAI batch file may hold only other routes (embeddings on a pooling server).
         if (
@@ -201,16 +192,14 @@ async def check_endpoints(
     return first
 
 
-async def _served_models(
-    session: aiohttp.ClientSession, base: str, headers: dict[str, str], timeout: float
-) -> list[str]:
+async def _served_models(client: ServerClient, base: str) -> list[str]:
     name = redact(base)
     try:
-        async with asyncio.timeout(timeout):
-            return await openai_http.served_models(session, base, headers)
+        async with asyncio.timeout(client.timeout):
+            return await client.served_models(base)
     except TimeoutError:
         raise UserError(
-            f"{name}/v1/models did not answer within {timeout:.0f} s; check that "
+            f"{name}/v1/models did not answer within {client.timeout:.0f} s; check that "
             "the server is not hung (its log, /health) and that --endpoint is right"
         ) from None
     except openai_http.AnswerError as err:
@@ -225,18 +214,12 @@ async def _served_models(
 
 
 async def _check_request(
-    session: aiohttp.ClientSession,
-    base: str,
-    model: str | None,
-    headers: dict[str, str],
-    timeout: float,
+    client: ServerClient, base: str, model: str | None
 ) -> Answer | Failure | None:
     """The check request's outcome; None when it could not be sent or took too long."""
     try:
-        async with asyncio.timeout(timeout):
-            async with session.post(
-                base + CHECK_PATH, json=check_body(model), headers=headers
-            ) as resp:
+        async with asyncio.timeout(client.timeout):
+            async with client.post(base + CHECK_PATH, check_body(model)) as resp:
                 raw = await resp.read()
                 status = resp.status
     except (TimeoutError, aiohttp.ClientError, OSError):

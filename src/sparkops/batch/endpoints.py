@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkops.batch.hooks import RunHooks
 from sparkops.batch.options import SAMPLE_INTERVAL_S
 from sparkops.batch.outcome import REROUTED, STALLED_ALONE, Failure
 from sparkops.batch.stall import EndpointWatch, StallChange, StallWatch
@@ -34,6 +34,11 @@ from sparkops.privacy import redact
 
 # A watchdog tick this much later than its period means the client was not running.
 SUSPEND_SLACK_S = 2.0
+
+
+def metrics_url(base: str) -> str:
+    """Where the endpoint at `base` (normalised) serves its Prometheus /metrics page."""
+    return base + "/metrics"
 
 
 @dataclass
@@ -62,7 +67,7 @@ class Endpoint:
 
     @property
     def metrics_url(self) -> str:
-        return self.base + "/metrics"
+        return metrics_url(self.base)
 
 
 @dataclass
@@ -70,8 +75,9 @@ class EndpointPool:
     endpoints: list[Endpoint]
     _rr: int = field(default=0)
     stalls: StallWatch | None = None
-    # called with each StallChange the stall watch reports (the job logs it to runs.jsonl)
-    on_change: Callable[[StallChange], None] | None = None
+    # the run's hooks: each StallChange the stall watch reports is noted there (the job logs it
+    # to runs.jsonl and says it on the progress line)
+    hooks: RunHooks = field(default_factory=RunHooks)
     rerouted: int = 0  # calls cancelled on a stalled endpoint and sent elsewhere
     suspended: float = 0.0  # seconds the client was not running (SIGSTOP, suspend)
     # the engine watchdog's last tick (raw monotonic) and period: a tick this late is a
@@ -94,21 +100,35 @@ class EndpointPool:
         late = raw - self.watchdog_tick - self.watchdog_period
         return late if late > SUSPEND_SLACK_S else 0.0
 
+    def watchdog_started(self, tick: float, period: float) -> None:
+        """The engine's watchdog ticks every `period` s from `tick` (raw monotonic)."""
+        self.watchdog_tick, self.watchdog_period = tick, period
+
+    def watchdog_ticked(self, tick: float, suspended: float) -> None:
+        """A watchdog tick at `tick`, finding the client was suspended `suspended` s since the
+        last one (one step: the clock counts that gap as unseen until here, after as
+        `suspended`)."""
+        self.suspended += suspended
+        self.watchdog_tick = tick
+
     @classmethod
     def from_urls(
         cls,
         urls: list[str],
         stall_after: float | None = None,
         sample_interval: float = SAMPLE_INTERVAL_S,
+        hooks: RunHooks | None = None,
     ) -> EndpointPool:
         """stall_after: seconds without progress before an endpoint counts as stalled (None:
-        the default rule in batch/stall.py; 0: never)."""
-        pool = cls([Endpoint(normalise_base(u)) for u in urls])
-        if stall_after != 0:
-            pool.stalls = StallWatch(stall_after, sample_interval)
-            for ep in pool.endpoints:
-                ep.watch = pool.stalls.add(ep.name)
-        return pool
+        the default rule in batch/stall.py; 0: never). hooks: the run's (stall changes are
+        noted there)."""
+        stalls = StallWatch(stall_after, sample_interval) if stall_after != 0 else None
+        endpoints = []
+        for url in urls:
+            base = normalise_base(url)
+            watch = stalls.add(redact(base)) if stalls is not None else None
+            endpoints.append(Endpoint(base, watch=watch))
+        return cls(endpoints, stalls=stalls, hooks=RunHooks() if hooks is None else hooks)
 
     def pick(self, now: float | None = None) -> Endpoint:
         """Healthy endpoint with fewest outstanding calls (round robin among ties).
@@ -164,7 +184,7 @@ class EndpointPool:
 
     def check(self, now: float | None = None) -> list[StallChange]:
         """Ask the stall watch; cancel (marked for re-routing) the calls of a stalled
-        endpoint and of a failed probe; report each change through `on_change`."""
+        endpoint and of a failed probe; note each change in the run's hooks."""
         if self.stalls is None:
             return []
         now = self.now() if now is None else now
@@ -174,8 +194,7 @@ class EndpointPool:
             ep = by_base[change.endpoint]
             if change.kind in ("stalled", "probe-failed"):
                 self.rerouted += self._cancel_calls(ep, REROUTED)
-            if self.on_change is not None:
-                self.on_change(change)
+            self.hooks.note(change)
         return changes
 
     def cancel_alone(self, ep: Endpoint) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -30,6 +31,7 @@ from sparkops.batch.calls import Caller
 from sparkops.batch.checks import Checks
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.fate import Fates, RecordState, Stats
+from sparkops.batch.hooks import RunHooks
 from sparkops.batch.options import EngineSettings
 from sparkops.batch.outcome import Answer, Failure, Outcome, record_failure
 from sparkops.batch.policy import Policy, ReadyQueues, default_max_wait, fifo
@@ -46,6 +48,7 @@ from sparkops.batch.transport import Transport
 from sparkops.batch.workload import Finish, RecordError, Workload
 from sparkops.jobdir.journal import Journal
 from sparkops.jobdir.lines import record_key
+from sparkops.openai_http import ServerClient, auth_headers
 
 __all__ = ["Engine", "EngineConfig", "RecordState", "Stats", "Stop"]
 
@@ -73,74 +76,83 @@ class Engine:
         workload: Workload,
         policy: Policy = fifo,
         default_model: str | None = None,
+        *,
+        hooks: RunHooks | None = None,
+        stats: Stats | None = None,
     ) -> None:
         """default_model: the first model the endpoints serve (the pre-flight's), for a
-        request that names none and for the check request of a workload without a model."""
+        request that names none and for the check request of a workload without a model.
+        hooks: the run's (batch/hooks.py: its stop, where warnings are said, the serving
+        epoch); stats: the live counters the progress line reads (the job's, else new)."""
         self.cfg = cfg
         self.pool = pool
         self.journal = journal
         self.workload = workload
         self.policy = policy
         self.default_model = default_model
-        self.stats = Stats()
+        self.hooks = RunHooks() if hooks is None else hooks
+        self.stats = Stats() if stats is None else stats
         self._seq = 0
-        self.stop_reason: Stop | None = None
-        self.fates = Fates(journal, self.stats, cfg.run)
+        self.fates = Fates(journal, self.stats, cfg.run, self.hooks)
         self.fail_fast = FailFast(cfg.fail_fast)
         self.no_answer = NoAnswer(cfg.retry_for, last_ok=pool.now())
-        # answers outside a constrained step's allowed set, per endpoint (the job sets the
-        # outlet of its warning)
-        self.unheld = Unheld()
-        self.checks = Checks(
-            pool,
-            self.no_answer,
-            self.stop,
-            workload.model or default_model,
-            workload.model,
-            request_timeout=cfg.request_timeout,
-            strict_model=cfg.strict_model,
-        )
-        self._completions: asyncio.Queue | None = None
-        self._over = False  # the dispatcher has returned: a late stop() changes nothing
-        self._caller: Caller | None = None  # built when the HTTP session opens (run)
+        # answers outside a constrained step's allowed set, per endpoint
+        self.unheld = Unheld(on_warning=self.hooks.say)
 
     @property
-    def serving(self) -> int:
-        """The serving epoch each finished record carries (batch/serving.py sets it)."""
-        return self.fates.serving
-
-    @serving.setter
-    def serving(self, epoch: int) -> None:
-        self.fates.serving = epoch
+    def stop_reason(self) -> Stop | None:
+        """Why the run stopped early (None: it ran until its input was done)."""
+        return self.hooks.stopper.reason
 
     # ---- dispatcher -------------------------------------------------------------------
     async def run(self, items: Iterator[Record | InputProblem]) -> Stats:
+        """Send every record of `items` (the journal's finished ones skipped) over one pooled
+        HTTP session: its transport, check requests and caller live as long as it does."""
         conn = aiohttp.TCPConnector(limit=self.cfg.concurrency, limit_per_host=0, ttl_dns_cache=300)
         timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout)
         async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
-            transport = Transport(
-                session, self.pool, self.cfg.api_key, self.cfg.recycle_every, self.cfg.connect_gap
-            )
-            self.checks.transport = transport
-            self._caller = Caller(
+            client = ServerClient(session, auth_headers(self.cfg.api_key), self.cfg.request_timeout)
+            transport = Transport(client, self.pool, self.cfg.recycle_every, self.cfg.connect_gap)
+            checks = Checks(
                 transport,
                 self.pool,
-                self.checks,
+                self.no_answer,
+                self.hooks,
+                self.workload.model or self.default_model,
+                self.workload.model,
+                strict_model=self.cfg.strict_model,
+            )
+            caller = Caller(
+                transport,
+                self.pool,
+                checks,
                 self.no_answer,
                 self.stats,
                 self.stop,
                 self.workload.want_text,
                 self.unheld,
             )
-            await self._dispatch(items)
+            await self._dispatch(items, caller, checks)
         self.journal.sync()
         self.fates.close()
         return self.stats
 
-    async def _dispatch(self, items: Iterator[Record | InputProblem]) -> None:
-        loop = asyncio.get_running_loop()
+    async def _dispatch(
+        self, items: Iterator[Record | InputProblem], caller: Caller, checks: Checks
+    ) -> None:
+        """The dispatcher, for as long as the run's stop is listening (`Stopper.running`)."""
         completions: asyncio.Queue[asyncio.Task[tuple[RecordState, Outcome]]] = asyncio.Queue()
-        self._completions = completions
+        with self.hooks.stopper.running(partial(completions.put_nowait, _STOP)):
+            await self._drive(items, caller, checks, completions)
+
+    async def _drive(
+        self,
+        items: Iterator[Record | InputProblem],
+        caller: Caller,
+        checks: Checks,
+        completions: asyncio.Queue[asyncio.Task[tuple[RecordState, Outcome]]],
+    ) -> None:
+        loop = asyncio.get_running_loop()
         ready: ReadyQueues[RecordState] = ReadyQueues(
             self.policy, self.cfg.max_wait or default_max_wait(self.cfg.concurrency)
         )
@@ -152,7 +164,7 @@ class Engine:
         # a steady mix of steps, not cohorts (batch/admission.py)
         admission = Admission(self.cfg.concurrency, self.workload.steps)
         tasks: set[asyncio.Task[tuple[RecordState, Outcome]]] = set()
-        watchdog = loop.create_task(self._watchdog())
+        watchdog = loop.create_task(self._watchdog(checks))
         try:
             while self.stop_reason is None:
                 while not exhausted and (busy := len(ready) + stats.in_flight) < max_active:
@@ -171,7 +183,7 @@ class Engine:
                 while ready and stats.in_flight < self.cfg.concurrency:
                     state = ready.pop()
                     stats.in_flight += 1
-                    task = loop.create_task(self._call(state))
+                    task = loop.create_task(self._call(state, caller))
                     tasks.add(task)
                     task.add_done_callback(completions.put_nowait)
                 if stats.in_flight == 0 and not ready and exhausted:
@@ -185,7 +197,7 @@ class Engine:
                     ready.done(state.step)
                     if not state.steps:  # its first call (none answered before it)
                         admission.first_call_done()
-                    nxt = self._advance(state, outcome)
+                    nxt = self._advance(state, outcome, checks)
                     if nxt is not None:
                         ready.push(nxt)
                     else:
@@ -204,19 +216,13 @@ class Engine:
                 task.cancel()
             await asyncio.gather(watchdog, *tasks, return_exceptions=True)
             stats.in_flight = 0
-            self._over = True
 
     def stop(self, reason: Stop) -> None:
-        """Stop the job soon (signal handler, watchdog): in-flight calls are cancelled and
-        their records stay unfinished, so running the same command again sends them."""
-        if self._over:
-            return
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        if self._completions is not None:
-            self._completions.put_nowait(_STOP)
+        """Stop the job soon (the run's stop, batch/hooks.py): in-flight calls are cancelled
+        and their records stay unfinished, so running the same command again sends them."""
+        self.hooks.stop(reason)
 
-    async def _watchdog(self) -> None:
+    async def _watchdog(self, checks: Checks) -> None:
         """The stop rules, every period: stalled endpoints, the job-level no-answer deadline.
 
         Its own ticks also show when the client was suspended: that time is discounted from
@@ -224,20 +230,19 @@ class Engine:
         """
         period = min(1.0, max(0.05, self.cfg.retry_for / 20))
         suspend = SuspendDetector(period)
-        self.pool.watchdog_period = period
-        self.pool.watchdog_tick = tick = time.monotonic()
+        tick = time.monotonic()
+        self.pool.watchdog_started(tick, period)
         suspend.tick(tick)
         while True:
             await asyncio.sleep(period)
             tick = time.monotonic()
             # one step, no await between: the pool's clock counts the gap as unseen until
             # here, and as `suspended` from here (batch/endpoints.py)
-            self.pool.suspended += suspend.tick(tick)
-            self.pool.watchdog_tick = tick
+            self.pool.watchdog_ticked(tick, suspend.tick(tick))
             if self.pool.stalls is not None:
                 self.pool.check()
                 stop = all_stalled(self.pool)
-                if stop is not None and not await self.checks.stalled_alone():
+                if stop is not None and not await checks.stalled_alone():
                     self.stop(stop)
                     return
             if self.no_answer.due(self.pool.now()):
@@ -267,7 +272,7 @@ class Engine:
         self._seq += 1
         return RecordState(item, self.workload.first_step, self._seq)
 
-    def _advance(self, state: RecordState, result: Outcome) -> RecordState | None:
+    def _advance(self, state: RecordState, result: Outcome, checks: Checks) -> RecordState | None:
         """Hand the outcome to the workload; re-queue the record at its next step, if any."""
         if isinstance(result, Failure):
             if result.is_servers_fault:
@@ -276,7 +281,7 @@ class Engine:
             return None
         if self.fail_fast.watching:
             self.fail_fast.release()
-        if not self.checks.answered_by(result.model):
+        if not checks.answered_by(result.model):
             return None  # --strict-serving refused it: unfinished, a resume sends it again
         nxt = self.workload.answered(state, result, self.fates)
         if nxt is None:
@@ -287,17 +292,16 @@ class Engine:
         return state
 
     # ---- one call with retries --------------------------------------------------------
-    async def _call(self, state: RecordState) -> tuple[RecordState, Outcome]:
+    async def _call(self, state: RecordState, caller: Caller) -> tuple[RecordState, Outcome]:
         """The record's next request, sent with retries (batch/calls.py)."""
         try:
             url_path, body = self.workload.request(state, self.default_model)
         except RecordError as err:
             return state, record_failure(f"line {state.record.line}: {err}")
         payload = json_codec.encode(body)
-        assert self._caller is not None
         judge = self.workload.judge
 
         def judged(answer: Answer) -> Failure | None:
             return judge(state, answer)
 
-        return state, await self._caller.send(url_path, payload, state.record.id, judged)
+        return state, await caller.send(url_path, payload, state.record.id, judged)

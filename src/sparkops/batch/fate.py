@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkops.batch.hooks import RunHooks
 from sparkops.batch.outcome import Answer, Failure
 from sparkops.batch.records import Record
 from sparkops.batch.truncation import Truncation
@@ -66,21 +67,30 @@ def failure_fields(failure: Failure) -> dict[str, Any]:
 class Fates:
     """Writes finished records to the journal (and the OpenAI meta side file)."""
 
-    def __init__(self, journal: Journal, stats: Stats, run: int) -> None:
+    def __init__(
+        self, journal: Journal, stats: Stats, run: int, hooks: RunHooks | None = None
+    ) -> None:
+        """hooks: the run's (batch/hooks.py): the serving epoch each line carries, and where
+        the warning about answers cut off at max_tokens is said."""
         self.journal = journal
         self.stats = stats
         self.run = run
+        self.hooks = RunHooks() if hooks is None else hooks
         # OpenAI batch lines: the kit's own per-request fields go to a side file
         # (openai_lines), opened on the first one, so a pipeline job never has one
         self.meta = openai_lines.MetaWriter(journal.dir)
-        # The job's serving epoch (batch/serving.py): 0 as the job found its endpoints, +1 at
-        # every identity change; each finished record carries it, the boundary in the results.
-        self.serving = 0
         # When the last record finished, on the monotonic clock: the run's end line says how
         # long the run was active from it, which a wall-clock step cannot change (`t` can).
         self.last_finish: float | None = None
-        # answers cut off at max_tokens, per step (the job sets its warning's outlet)
-        self.truncation = Truncation()
+        # answers cut off at max_tokens, per step
+        self.truncation = Truncation(on_warning=self.hooks.say)
+
+    @property
+    def serving(self) -> int:
+        """The job's serving epoch now (batch/serving.py): 0 as the job found its endpoints,
+        +1 at every identity change; each finished record carries it, the boundary in the
+        results."""
+        return self.hooks.epoch()
 
     def close(self) -> None:
         self.meta.close()

@@ -27,6 +27,7 @@ from sparkops import local_stack
 from sparkops.batch import collector, serving, stall
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
+from sparkops.batch.hooks import RunHooks, Stopper
 from sparkops.batch.limits import ensure_open_files
 from sparkops.batch.options import JobConfig
 from sparkops.batch.policy import POLICIES
@@ -34,7 +35,8 @@ from sparkops.batch.preflight import preflight
 from sparkops.batch.progress import ProgressView
 from sparkops.batch.records import InputKind, InputSource, check_encoding, detect_kind
 from sparkops.batch.sampler import Sampler
-from sparkops.batch.serving import ServingWatch
+from sparkops.batch.serving import ServingLog, ServingWatch
+from sparkops.batch.signals import JobSignals
 from sparkops.batch.stall import StallChange
 from sparkops.batch.workload import Workload, workload_for
 from sparkops.errors import Interrupted, JobStopped, UserError
@@ -43,7 +45,9 @@ from sparkops.jobdir.folder import Manifest, check_out_dir
 from sparkops.jobdir.journal import Journal
 from sparkops.jobdir.run import JobRun
 from sparkops.jobdir.status import error_causes
+from sparkops.openai_http import ServerClient, auth_headers
 from sparkops.pipeline.spec import load_pipeline
+from sparkops.privacy import redact
 
 # The preflight's own requests are bounded: /v1/models must answer within this, and the
 # prefix probes (/tokenize, optional) share this budget, then the job runs without them.
@@ -81,47 +85,6 @@ class JobSummary:
 # How long the last /metrics sample may take once the job is over (a hung server must not
 # hold the exit, Ctrl-C included).
 FINAL_SAMPLE_S = 5.0
-
-
-class _Signals:
-    """SIGINT / SIGTERM / SIGHUP during a job: stop the engine (cancel in-flight calls, flush
-    the journal) instead of dying mid-write; before the engine runs, cancel the job's task.
-    SIGHUP (the terminal went away: a dropped ssh session) is left alone where it is ignored
-    (`nohup`), so a job started that way keeps running as its user asked."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.engine: Engine | None = None
-        self._task = asyncio.current_task()
-        self._installed: list[int] = []
-
-    def __enter__(self) -> _Signals:
-        loop = asyncio.get_running_loop()
-        for signum in self.SIGNALS:
-            if signum == signal.SIGHUP and signal.getsignal(signum) is signal.SIG_IGN:
-                continue  # nohup: a hang-up must not stop the job
-            try:
-                loop.add_signal_handler(signum, self._handle, signum)
-            except (ValueError, RuntimeError, NotImplementedError):
-                continue  # not the main thread (a library caller): leave signals alone
-            self._installed.append(signum)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        loop = asyncio.get_running_loop()
-        for signum in self._installed:
-            loop.remove_signal_handler(signum)
-
-    def _handle(self, signum: int) -> None:
-        if self.signum is not None:
-            return  # already stopping; the stop is bounded
-        self.signum = signum
-        if self.engine is not None:
-            self.engine.stop(Stop("signal", signal.Signals(signum).name, signum))
-        elif self._task is not None:
-            self._task.cancel()
 
 
 def run_job(cfg: JobConfig) -> JobSummary:
@@ -167,9 +130,10 @@ def _validate(cfg: JobConfig) -> tuple[Workload, InputKind, str | None]:
 async def run_job_async(cfg: JobConfig) -> JobSummary:
     """Run (or resume) a job. Raises UserError (exit 2) before any request, JobStopped
     (exit 1) when the job stopped part-way, Interrupted (130/143) on SIGINT/SIGTERM."""
-    with _Signals() as signals, collector.tuned_for_job():
+    stopper = Stopper()  # the run's stop: the signal handlers' and, later, the run hooks'
+    with JobSignals(stopper) as signals, collector.tuned_for_job():
         try:
-            return await _run_job(cfg, signals)
+            return await _run_job(cfg, stopper)
         except asyncio.CancelledError:
             if signals.signum is None:
                 raise
@@ -183,7 +147,7 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
             ) from None
 
 
-async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
+async def _run_job(cfg: JobConfig, stopper: Stopper) -> JobSummary:
     workload, kind, api_key = _validate(cfg)
     stack: dict[str, Any] | None
     if cfg.stack_record:
@@ -197,17 +161,13 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
     if (first := source.first_record()) is not None:
         workload.check_first(first, cfg.input)
     manifest = _manifest(workload, cfg, source)
-    pool = EndpointPool.from_urls(cfg.endpoints, cfg.stall_after, cfg.sample_interval)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as side:
-        default_model, prefix = await preflight(
-            side,
-            pool,
-            workload,
-            headers,
-            timeout=min(PREFLIGHT_TIMEOUT_S, cfg.request_timeout),
-            budget=PREFLIGHT_TIMEOUT_S,
+    bases = [normalise_base(u) for u in cfg.endpoints]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        # the side client: pre-flight, serving record, samples (the preflight's bound)
+        side = ServerClient(
+            session, auth_headers(api_key), min(PREFLIGHT_TIMEOUT_S, cfg.request_timeout)
         )
+        default_model, prefix = await preflight(side, bases, workload, budget=PREFLIGHT_TIMEOUT_S)
         # one run per job directory (a second is refused naming this pid) until the end
         with JobRun.open(
             cfg.out,
@@ -225,14 +185,27 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                 )
             if job.journal.damage:  # said once, before the resume: the lines stay as they are
                 print(f"sparkops: warning: {job.journal.damage.sentence()}", file=sys.stderr)
-            watch = await ServingWatch.start(side, pool, headers, cfg, job, manifest, stack)
+            log = await serving.start(side, bases, cfg, job, manifest, stack)
             start = {
                 "concurrency": cfg.concurrency,
-                "endpoints": len(pool.endpoints),
+                "endpoints": len(bases),
                 "schedule": cfg.policy,
             }
             run_started = time.monotonic()  # the end line's active_s: a span no clock step moves
             job.log(lines.RunEvent("start", job.number, time.time(), start))
+            stats = Stats()
+            view = ProgressView(
+                stats,
+                source.total,
+                len(job.journal.done),
+                enabled=cfg.progress,
+                endpoints=[redact(base) for base in bases],
+                status_interval=cfg.status_interval,
+            )
+            hooks = _run_hooks(stopper, job, log, view)
+            pool = EndpointPool.from_urls(
+                cfg.endpoints, cfg.stall_after, cfg.sample_interval, hooks
+            )
             engine = Engine(
                 EngineConfig(
                     **dict(cfg.engine()),
@@ -245,13 +218,37 @@ async def _run_job(cfg: JobConfig, signals: _Signals) -> JobSummary:
                 workload,
                 POLICIES[cfg.policy],
                 default_model,
+                hooks=hooks,
+                stats=stats,
             )
-            signals.engine = engine
             t0 = time.monotonic()
-            sampler = Sampler(side, pool, headers, job, engine.stats, watch)
-            await _run_engine(cfg, job, engine, source, sampler, watch, run_started)
-    _raise_for_stop(engine.stop_reason, job.journal)
-    return _summary(cfg, source.total, engine.stats, time.monotonic() - t0, job)
+            watch = ServingWatch(side, log, job, cfg.strict_serving, hooks)
+            sampler = Sampler(side, pool, job, stats, hooks, watch)
+            stop = await _run_engine(cfg, job, engine, source, sampler, view, run_started)
+    _raise_for_stop(stop, job.journal)
+    return _summary(cfg, source.total, stats, time.monotonic() - t0, job)
+
+
+def _run_hooks(stopper: Stopper, job: JobRun, log: ServingLog, view: ProgressView) -> RunHooks:
+    """The run's hooks (batch/hooks.py), built once: the progress line says and refreshes,
+    a stall change goes to the job log and the progress line, the serving record gives the
+    epoch and keeps answers from another model."""
+
+    def note(change: StallChange) -> None:  # job log + progress (batch/stall.py)
+        job.log(stall.run_event(change, job.number, time.time()))
+        view.note(change)
+
+    def other_model(model: str, expected: str) -> None:
+        log.other_model(job.number, model, expected, job.finished)
+
+    return RunHooks(
+        stopper,
+        say=view.say,
+        note=note,
+        refresh=view.update,
+        epoch=lambda: log.epoch,
+        other_model=other_model,
+    )
 
 
 async def _run_engine(
@@ -260,30 +257,15 @@ async def _run_engine(
     engine: Engine,
     source: InputSource,
     sampler: Sampler,
-    watch: ServingWatch,
+    view: ProgressView,
     run_started: float,
-) -> None:
-    """The run proper: the engine over the input, with the progress line, the sampler, the
-    input watch and the stall log beside it; the run's end line, however it ends."""
-    view = ProgressView(
-        engine.stats,
-        source.total,
-        len(job.journal.done),
-        enabled=cfg.progress,
-        pool=engine.pool,
-        status_interval=cfg.status_interval,
-    )
-    watch.attach(engine, view)
-    engine.fates.truncation.on_warning = view.say  # answers cut off at max_tokens
-    engine.unheld.on_warning = view.say  # answers outside a step's constraint
-
-    def on_stall_change(change: StallChange) -> None:  # job log + progress (batch/stall.py)
-        job.log(stall.run_event(change, job.number, time.time()))
-        view.note(change)
-
-    engine.pool.on_change = on_stall_change
-    sampling = asyncio.create_task(sampler.loop(cfg.sample_interval, view))
+) -> Stop | None:
+    """The run proper: the engine over the input, with the progress line, the sampler and
+    the input watch beside it; the run's end line, however it ends. Returns why it stopped
+    early (None: its input is done)."""
+    sampling = asyncio.create_task(sampler.loop(cfg.sample_interval))
     watching = asyncio.create_task(_watch_input(source, engine))
+    stop: Stop | None = None
     try:
         with view:
             await engine.run(source.records())
@@ -292,19 +274,21 @@ async def _run_engine(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if engine.stop_reason is None and (change := source.changed()):
-            engine.stop_reason = _input_changed(change)
+        stop = engine.stop_reason
+        if stop is None and (change := source.changed()):
+            stop = _input_changed(change)  # after the run: its stop no longer listens
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(sampler.once(), FINAL_SAMPLE_S)
         job.journal.close()
         end = lines.RunEvent("end", job.number, time.time())
-        if engine.stop_reason is not None:
-            end.extra["stopped"] = engine.stop_reason.kind
+        if stop is not None:
+            end.extra["stopped"] = stop.kind
         if engine.fates.last_finish is not None:
             end.extra["active_s"] = round(engine.fates.last_finish - run_started, 3)
         if engine.unheld.counts:  # answers sent again: the constraint did not hold
             end.extra["unheld"] = dict(engine.unheld.counts)
         job.log(end)
+    return stop
 
 
 def hangup_message(progress: str) -> str:

@@ -16,34 +16,30 @@ import aiohttp
 
 from sparkops import openai_http
 from sparkops.batch import checks
-from sparkops.batch.endpoints import EndpointPool
+from sparkops.batch.endpoints import metrics_url
 from sparkops.batch.workload import Workload
+from sparkops.openai_http import ServerClient
 from sparkops.pipeline.check import probe_steps
 from sparkops.privacy import redact
 
 
 async def preflight(
-    side: aiohttp.ClientSession,
-    pool: EndpointPool,
-    workload: Workload,
-    headers: dict[str, str],
-    timeout: float,
-    budget: float,
+    side: ServerClient, bases: list[str], workload: Workload, budget: float
 ) -> tuple[str | None, dict[str, Any] | None]:
-    """Check the endpoints serve the model; measure each step's shared prefix for the ceiling.
+    """Check the endpoints (`bases`, normalised) serve the model; measure each step's shared
+    prefix for the ceiling.
 
-    Every request here is bounded: /v1/models must answer within `timeout` like an OpenAI
-    server (else one line, exit 2). The prefix probes only feed the report's hit-rate
-    ceiling, so a hanging or odd /tokenize (all probes within `budget` seconds) degrades to
-    "no ceiling" with a note instead of stopping the job. Returns the first endpoint's first
-    model and what prefix.json holds (None: nothing to measure).
+    Every request here is bounded: /v1/models must answer within the side client's timeout
+    like an OpenAI server (else one line, exit 2). The prefix probes only feed the report's
+    hit-rate ceiling, so a hanging or odd /tokenize (all probes within `budget` seconds)
+    degrades to "no ceiling" with a note instead of stopping the job. Returns the first
+    endpoint's first model and what prefix.json holds (None: nothing to measure).
     """
-    base = pool.endpoints[0].base
-    default_model = await checks.check_endpoints(  # every endpoint (batch/checks.py)
-        side, [ep.base for ep in pool.endpoints], workload.model, headers, timeout
-    )
+    base = bases[0]
+    # every endpoint (batch/checks.py)
+    default_model = await checks.check_endpoints(side, bases, workload.model)
     # constrained steps: every endpoint must hold the constraint (else one line, exit 2)
-    await workload.check_server(side, [ep.base for ep in pool.endpoints], headers, timeout)
+    await workload.check_server(side, bases)
     probe = workload.prefix_probe
     if probe is None:
         return default_model, None
@@ -51,9 +47,9 @@ async def preflight(
     steps: dict[str, Any] = {}
     try:
         async with asyncio.timeout(budget):
-            text = await openai_http.get_text(side, pool.endpoints[0].metrics_url, headers)
+            text = await side.get_text(metrics_url(base))
             bs = openai_http.block_size(text) if text else None
-            measured = await probe_steps(side, base, probe.model, probe.steps, headers, bs or 16)
+            measured = await probe_steps(side, base, probe.model, probe.steps, bs or 16)
             for p in measured:
                 steps[p.step] = {
                     "shared_tokens": p.shared_tokens,

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.engine import Stats
 from sparkops.batch.options import STATUS_INTERVAL_S
 from sparkops.batch.stall import StallChange
@@ -35,13 +35,17 @@ class ProgressView:
         total: int,
         already: int,
         enabled: bool = True,
-        pool: EndpointPool | None = None,
+        endpoints: Sequence[str] = (),
         status_interval: float = STATUS_INTERVAL_S,
     ) -> None:
+        """endpoints: the job's, as every message names them (redacted): the order stalled
+        ones are listed in. Which are stalled the view learns from the changes it is told
+        (`note`), so it needs no hold on the pool."""
         self.stats = stats
         self.total = total
         self.already = already
-        self.pool = pool
+        self._order = {name: i for i, name in enumerate(endpoints)}
+        self._stalled: set[str] = set()
         self.console = Console(stderr=True)
         # rich only on a terminal; elsewhere plain status lines (when progress is wanted)
         self.lines = enabled and not self.console.is_terminal
@@ -114,7 +118,7 @@ class ProgressView:
         s = self.stats
         rpm = self.records_per_min()
         eta = self.eta_s()
-        stalled = stalled_text(self.pool.stalled_names()) if self.pool else ""
+        stalled = stalled_text(self.stalled_names())
         return "; ".join(
             t
             for t in (
@@ -142,11 +146,7 @@ class ProgressView:
             hit=hit,
             inflight=s.in_flight,
             errors=s.errors,
-            stalled=" ".join(
-                t
-                for t in (stalled_text(self.pool.stalled_names()) if self.pool else "", self.drift)
-                if t
-            ),
+            stalled=" ".join(t for t in (stalled_text(self.stalled_names()), self.drift) if t),
         )
 
     def say(self, text: str) -> None:
@@ -161,9 +161,17 @@ class ProgressView:
         self.drift = "serving changed (serving.jsonl)"
         self.update()
 
+    def stalled_names(self) -> list[str]:
+        """The endpoints out of rotation now, in the job's order."""
+        return sorted(self._stalled, key=lambda name: self._order.get(name, len(self._order)))
+
     def note(self, change: StallChange) -> None:
         """One line above the bar when an endpoint stalls or rejoins (the bar keeps a
         "stalled" field while any is out); with the bar off, the job log has it."""
+        if change.kind == "stalled":
+            self._stalled.add(change.endpoint)
+        elif change.kind == "rejoined":
+            self._stalled.discard(change.endpoint)
         if self.lines:
             print(f"sparkops: {change_line(change)}", file=sys.stderr, flush=True)
         elif not self._progress.disable:

@@ -3,7 +3,7 @@
 Each sample goes to timeline.jsonl (with the client's own CPU time), into the live hit
 rate the progress line shows, into the stall watch (do the endpoint's counters move?), and
 into the serving watch's drift check (is the same server behind the endpoint?). Why its
-own module: it runs beside the engine on the side session and decides nothing about records;
+own module: it runs beside the engine on the side client and decides nothing about records;
 a sample that fails is a gap in the timeline, never a failed job.
 """
 
@@ -12,36 +12,36 @@ from __future__ import annotations
 import asyncio
 import time
 
-import aiohttp
-
 from sparkops import openai_http
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.fate import Stats
-from sparkops.batch.progress import ProgressView
+from sparkops.batch.hooks import RunHooks
 from sparkops.batch.serving import ServingWatch
 from sparkops.jobdir import lines
 from sparkops.jobdir.run import JobRun
 from sparkops.metrics.timeline import LiveHitRate
+from sparkops.openai_http import ServerClient
 
 
 class Sampler:
-    """Samples every endpoint's /metrics for one run, on the side session."""
+    """Samples every endpoint's /metrics for one run, on the side client."""
 
     def __init__(
         self,
-        side: aiohttp.ClientSession,
+        side: ServerClient,
         pool: EndpointPool,
-        headers: dict[str, str],
         job: JobRun,
         stats: Stats,
+        hooks: RunHooks,
         watch: ServingWatch | None = None,
     ) -> None:
-        """watch: the serving watch each sample's identity check goes to (None: no drift)."""
+        """hooks: the run's (the progress line is refreshed there between samples); watch:
+        the serving watch each sample's identity check goes to (None: no drift)."""
         self.side = side
         self.pool = pool
-        self.headers = headers
         self.job = job
         self.stats = stats
+        self.hooks = hooks
         self.watch = watch
         self.live = LiveHitRate()
 
@@ -51,7 +51,7 @@ class Sampler:
         now = time.time()
         stats = self.stats
         for ep in self.pool.endpoints:
-            text = await openai_http.get_text(self.side, ep.metrics_url, self.headers)
+            text = await self.side.get_text(ep.metrics_url)
             values = _values(text)
             sample = lines.TimelineSample(
                 now,
@@ -66,18 +66,18 @@ class Sampler:
             self.live.add(ep.base, values)
             self.pool.observe(ep, values)  # the stall watch (the pool's clock): counters move?
             if self.watch is not None:
-                await self.watch.check(self.side, ep, self.headers, text if values else None)
+                await self.watch.check(ep, text if values else None)
         stats.hit_rate = self.live.rate
 
-    async def loop(self, interval: float, view: ProgressView) -> None:
+    async def loop(self, interval: float) -> None:
         """Sample on a clock (constant memory: samples go to disk, the hit rate is a running
-        sum)."""
+        sum), the progress line refreshed every half second between."""
         last = float("-inf")
         while True:
             if time.monotonic() - last >= interval:  # a wall-clock step must not stop sampling
                 last = time.monotonic()
                 await self.once()
-            view.update()
+            self.hooks.refresh()
             await asyncio.sleep(0.5)
 
 

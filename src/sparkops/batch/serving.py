@@ -31,14 +31,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
-
 from sparkops import __version__, openai_http
-from sparkops.batch.checks import other_model_message
-from sparkops.batch.endpoints import Endpoint, EndpointPool
+from sparkops.batch.endpoints import Endpoint, metrics_url
+from sparkops.batch.hooks import RunHooks
 from sparkops.batch.options import JobConfig
 from sparkops.batch.stop_rules import Stop
 from sparkops.errors import JobStopped
@@ -48,11 +46,8 @@ from sparkops.jobdir.durable import append_json
 from sparkops.jobdir.folder import SERVING, Manifest
 from sparkops.jobdir.identity import Identity, IdentityChange
 from sparkops.jobdir.run import JobRun
+from sparkops.openai_http import ServerClient
 from sparkops.privacy import is_secret_name, redact
-
-if TYPE_CHECKING:
-    from sparkops.batch.engine import Engine
-    from sparkops.batch.progress import ProgressView
 
 # One identity probe (three small GETs) is bounded: a slow server is "no answer this time".
 PROBE_TIMEOUT_S = 10.0
@@ -62,25 +57,20 @@ GPU_CHECK_TIMEOUT_S = 10.0
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 
-async def probe(
-    session: aiohttp.ClientSession,
-    base: str,
-    metrics_url: str,
-    headers: dict[str, str],
-    metrics_text: str | None = None,
-) -> Identity:
+async def probe(client: ServerClient, base: str, metrics_text: str | None = None) -> Identity:
     """An endpoint's identity now; NoAnswer when it cannot be read this time (down, slow,
-    a 5xx, an answer of the wrong shape): the caller keeps the last one, never guesses."""
+    a 5xx, an answer of the wrong shape): the caller keeps the last one, never guesses.
+    metrics_text: its /metrics page when the caller has just read it (else it is asked)."""
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
-            status, text = await openai_http.get_raw(session, base + "/version", headers)
+            status, text = await client.get_raw(base + "/version")
             version = _json_or_none(text) if status == 200 else None
-            status, text = await openai_http.get_raw(session, base + "/v1/models", headers)
+            status, text = await client.get_raw(base + "/v1/models")
             if status != 200:
                 raise openai_http.NoAnswer(f"/v1/models HTTP {status}")
             models = _json_or_none(text)
             if metrics_text is None:
-                status, text = await openai_http.get_raw(session, metrics_url, headers)
+                status, text = await client.get_raw(metrics_url(base))
                 metrics_text = text if status == 200 else None
     except TimeoutError:
         raise openai_http.NoAnswer(f"no answer within {PROBE_TIMEOUT_S:g} s") from None
@@ -306,102 +296,85 @@ def strict_message(base: str, changes: list[IdentityChange], during: bool) -> st
     )
 
 
-class ServingWatch:
-    """What serves the job, for one run: the run's start line (what serves it now, against
-    what served it before), each endpoint's identity re-checked on every /metrics sample
-    (drift: a change line, a new epoch on the engine, --strict-serving's stop), and answers
-    that came from another model. The serving record's one owner in the client."""
+async def start(
+    client: ServerClient,
+    bases: list[str],
+    cfg: JobConfig,
+    job: JobRun,
+    manifest: Manifest,
+    stack: dict[str, Any] | None,
+) -> ServingLog:
+    """The run's start line in serving.jsonl: what serves the job now (each endpoint of
+    `bases`), against what served it before (a resumed job); --strict-serving refuses a
+    changed setup before any request. Returns the record, for the run's serving watch."""
+    log = ServingLog.load(job.directory)
+    # the GPU check (a second or two of nvidia-smi samples) runs while the endpoints answer
+    gpu = asyncio.create_task(asyncio.to_thread(gpu_state, cfg.endpoints))
+    try:
+        found: dict[str, identity.Identity | None] = {}
+        problems: dict[str, str] = {}
+        for base in bases:
+            name = redact(base)
+            try:
+                found[name] = await probe(client, base)
+            except openai_http.NoAnswer as err:
+                found[name], problems[name] = None, redact(str(err))
+        if cfg.strict_serving and (off := log.off_baseline(found)):
+            changed, changes = next(iter(off.items()))
+            raise JobStopped(strict_message(changed, changes, during=False))
+        gpu_found = await gpu
+    finally:
+        gpu.cancel()  # stopped or interrupted: no task left pending (a no-op once done)
+    context = job_context(
+        manifest.pipeline_fingerprint, manifest.input_fingerprint, gpu_found, stack
+    )
+    if manifest.constraints is not None:  # which steps ran constrained (compare lists it)
+        context["constraints"] = manifest.constraints
+    # concurrency above the server's --max-num-seqs: said now, kept for the report
+    context["capacity"] = identity.capacity(stack, cfg.concurrency, len(bases))
+    if warning := identity.capacity_warning(context["capacity"]):
+        print(f"sparkops: warning: {warning}", file=sys.stderr)
+    for name, changes in log.write_start(
+        job.number, found, problems, context, job.finished
+    ).items():
+        print(
+            f"sparkops: warning: {change_sentence(name, changes, log.epoch)}",
+            file=sys.stderr,
+        )
+    return log
 
-    def __init__(self, log: ServingLog, job: JobRun, strict: bool) -> None:
+
+class ServingWatch:
+    """What serves the job while one run goes on: each endpoint's identity re-checked on
+    every /metrics sample (drift: a change line and a new epoch in the serving record, said
+    on the progress line; --strict-serving's stop). The run's start line is `start`'s;
+    answers from another model reach the record through the run's hooks (batch/checks.py)."""
+
+    def __init__(
+        self, client: ServerClient, log: ServingLog, job: JobRun, strict: bool, hooks: RunHooks
+    ) -> None:
+        """client: the job's side client; log: the record `start` began for this run;
+        hooks: the run's (a change is said there; --strict-serving stops the run)."""
+        self.client = client
         self.log = log
         self.job = job
         self.strict = strict
-        self._engine: Engine | None = None
-        self._view: ProgressView | None = None
-
-    @classmethod
-    async def start(
-        cls,
-        side: aiohttp.ClientSession,
-        pool: EndpointPool,
-        headers: dict[str, str],
-        cfg: JobConfig,
-        job: JobRun,
-        manifest: Manifest,
-        stack: dict[str, Any] | None,
-    ) -> ServingWatch:
-        """The run's start line in serving.jsonl: what serves the job now, against what served
-        it before (a resumed job); --strict-serving refuses a changed setup before any request."""
-        log = ServingLog.load(job.directory)
-        # the GPU check (a second or two of nvidia-smi samples) runs while the endpoints answer
-        gpu = asyncio.create_task(asyncio.to_thread(gpu_state, cfg.endpoints))
-        try:
-            found: dict[str, identity.Identity | None] = {}
-            problems: dict[str, str] = {}
-            for ep in pool.endpoints:
-                try:
-                    found[ep.name] = await probe(side, ep.base, ep.metrics_url, headers)
-                except openai_http.NoAnswer as err:
-                    found[ep.name], problems[ep.name] = None, redact(str(err))
-            if cfg.strict_serving and (off := log.off_baseline(found)):
-                base, changes = next(iter(off.items()))
-                raise JobStopped(strict_message(base, changes, during=False))
-            gpu_found = await gpu
-        finally:
-            gpu.cancel()  # stopped or interrupted: no task left pending (a no-op once done)
-        context = job_context(
-            manifest.pipeline_fingerprint, manifest.input_fingerprint, gpu_found, stack
-        )
-        if manifest.constraints is not None:  # which steps ran constrained (compare lists it)
-            context["constraints"] = manifest.constraints
-        # concurrency above the server's --max-num-seqs: said now, kept for the report
-        context["capacity"] = identity.capacity(stack, cfg.concurrency, len(pool.endpoints))
-        if warning := identity.capacity_warning(context["capacity"]):
-            print(f"sparkops: warning: {warning}", file=sys.stderr)
-        for base, changes in log.write_start(
-            job.number, found, problems, context, job.finished
-        ).items():
-            print(
-                f"sparkops: warning: {change_sentence(base, changes, log.epoch)}",
-                file=sys.stderr,
-            )
-        return cls(log, job, cfg.strict_serving)
+        self.hooks = hooks
 
     @property
     def epoch(self) -> int:
         return self.log.epoch
 
-    def attach(self, engine: Engine, view: ProgressView) -> None:
-        """The running engine (the epoch its records carry, its stop) and the progress line."""
-        self._engine, self._view = engine, view
-        engine.serving = self.log.epoch
-        engine.checks.on_other_model = self.other_model
-
-    async def check(
-        self,
-        side: aiohttp.ClientSession,
-        ep: Endpoint,
-        headers: dict[str, str],
-        metrics_text: str | None,
-    ) -> None:
+    async def check(self, ep: Endpoint, metrics_text: str | None) -> None:
         """Re-check one endpoint's identity (after its /metrics sample)."""
         try:
-            ident = await probe(side, ep.base, ep.metrics_url, headers, metrics_text)
+            ident = await probe(self.client, ep.base, metrics_text)
         except openai_http.NoAnswer:
             return  # down or slow this time: the next sample (or its recovery) checks again
         changes = self.log.observe(self.job.number, ep.name, ident, self.job.finished)
-        if not changes or self._engine is None:
+        if not changes:
             return
-        self._engine.serving = self.log.epoch
-        if self._view is not None:
-            self._view.say(change_sentence(ep.name, changes, self.log.epoch))
+        # the records finished from now on carry the new epoch (the hooks read it from the log)
+        self.hooks.say(change_sentence(ep.name, changes, self.log.epoch))
         if self.strict:
-            self._engine.stop(
-                Stop("serving-changed", strict_message(ep.name, changes, during=True))
-            )
-
-    def other_model(self, model: str, expected: str) -> None:
-        """An answer came from `model`, not `expected`: a serving line, and a warning."""
-        self.log.other_model(self.job.number, model, expected, self.job.finished)
-        if not self.strict and self._view is not None:
-            self._view.say(other_model_message(model, expected, False))
+            self.hooks.stop(Stop("serving-changed", strict_message(ep.name, changes, during=True)))

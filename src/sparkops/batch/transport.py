@@ -1,7 +1,8 @@
 """One HTTP attempt of one call, classified: an `Answer` or a typed `Failure` (batch/outcome.py).
 
-The transport owns what one attempt touches: the pooled aiohttp session, the request headers
-(with connection recycling, batch/connections.py), connection pacing, and the endpoint's
+The transport owns what one attempt touches: the engine's pooled client (its aiohttp session
+and auth headers, sparkops.openai_http.ServerClient), the request headers (with connection
+recycling, batch/connections.py), connection pacing, and the endpoint's
 bookkeeping for the stall watch (a call in flight, whether it was answered). It decides
 nothing about retries or records: the engine reads the outcome's kind.
 """
@@ -26,24 +27,18 @@ from sparkops.batch.outcome import (
     transport_failure,
 )
 from sparkops.batch.retry import retry_after_seconds
+from sparkops.openai_http import ServerClient
 
 
 class Transport:
     """Sends one attempt to one endpoint and says what came back."""
 
     def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        pool: EndpointPool,
-        api_key: str | None,
-        recycle_every: int,
-        connect_gap: float,
+        self, client: ServerClient, pool: EndpointPool, recycle_every: int, connect_gap: float
     ) -> None:
-        self.session = session
+        self.client = client
         self.pool = pool
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        headers = {"Content-Type": "application/json", **client.headers}
         self.conns = ConnectionRecycler(headers, recycle_every)
         self.pacer = ConnectPacer(connect_gap)
 
@@ -59,7 +54,7 @@ class Transport:
         try:
             if (wait := self.pacer.turn(ep.base, ep.outstanding)) > 0:  # a new connection
                 await asyncio.sleep(wait)
-            async with self.session.post(
+            async with self.client.post(
                 ep.base + path, data=payload, headers=self.conns.headers()
             ) as resp:
                 raw = await resp.read()

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-import aiohttp
-
 from sparkops.batch.fate import Fates, RecordState
 from sparkops.batch.outcome import FINISHED, Answer, Failure, finish_reason, unfinished, unheld
 from sparkops.batch.records import InputKind, InputProblem, Record
 from sparkops.errors import UserError
 from sparkops.jobdir.lines import CUT_OFF
+from sparkops.openai_http import ServerClient
 from sparkops.pipeline import constrain
 from sparkops.pipeline.prompt import RecordError, build_request, is_number
 from sparkops.pipeline.route import next_step
@@ -95,13 +94,7 @@ class Workload(Protocol):
         of which steps run constrained (None: the requests are the input's own)."""
         ...
 
-    async def check_server(
-        self,
-        side: aiohttp.ClientSession,
-        bases: list[str],
-        headers: dict[str, str],
-        timeout: float,
-    ) -> None:
+    async def check_server(self, side: ServerClient, bases: list[str]) -> None:
         """Refuse (UserError) servers that would not hold the workload's constraints, before
         any record is sent (and learn what needs the server's tokenizer)."""
         ...
@@ -175,17 +168,9 @@ class Pipeline:
     def constraints(self) -> dict[str, str]:
         return dict(constrain.modes(self.spec))
 
-    async def check_server(
-        self,
-        side: aiohttp.ClientSession,
-        bases: list[str],
-        headers: dict[str, str],
-        timeout: float,
-    ) -> None:
-        await constrain.check_servers(side, bases, self.spec, headers, timeout=timeout)
-        self.budget.update(
-            await constrain.server_budgets(side, bases[0], self.spec, headers, timeout)
-        )
+    async def check_server(self, side: ServerClient, bases: list[str]) -> None:
+        await constrain.check_servers(side, bases, self.spec)
+        self.budget.update(await constrain.server_budgets(side, bases[0], self.spec))
 
     def check_first(self, first: Record, source: Path) -> None:
         """A field a step's template names but the first record lacks would fail every
@@ -279,13 +264,7 @@ class OpenAIBatch:
 
     constraints = None  # each line carries its own request, constraint included
 
-    async def check_server(
-        self,
-        side: aiohttp.ClientSession,
-        bases: list[str],
-        headers: dict[str, str],
-        timeout: float,
-    ) -> None:
+    async def check_server(self, side: ServerClient, bases: list[str]) -> None:
         return None
 
     def check_first(self, first: Record, source: Path) -> None:

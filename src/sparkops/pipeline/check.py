@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import aiohttp
-
-from sparkops import openai_http
+from sparkops.openai_http import ServerClient
 from sparkops.pipeline.prompt import build_messages
 from sparkops.pipeline.spec import StepSpec
 
@@ -155,21 +153,15 @@ def analyse_step(
 
 
 async def probe_steps(
-    session: aiohttp.ClientSession,
-    base: str,
-    model: str,
-    steps: Sequence[StepSpec],
-    headers: dict[str, str],
-    block_size: int,
+    client: ServerClient, base: str, model: str, steps: Sequence[StepSpec], block_size: int
 ) -> list[StepPrefix]:
     """Each step's shared prefix, measured on the server at `base`: its three probe records
     (`probe_records`) tokenized with the server's own template, then `analyse_step`.
-    Raises what openai_http.tokenize raises (the callers decide: refuse, or warn)."""
+    Raises what `ServerClient.tokenize` raises (the callers decide: refuse, or warn)."""
     out = []
     for step in steps:
         toks = [
-            await openai_http.tokenize(session, base, model, build_messages(step, r), headers)
-            for r in probe_records(step)
+            await client.tokenize(base, model, build_messages(step, r)) for r in probe_records(step)
         ]
         out.append(analyse_step(step, toks[0], toks[1], toks[2], block_size=block_size))
     return out

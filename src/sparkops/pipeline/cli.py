@@ -25,7 +25,7 @@ import aiohttp
 
 from sparkops import openai_http
 from sparkops.errors import UserError
-from sparkops.openai_http import normalise_base
+from sparkops.openai_http import ServerClient, normalise_base
 from sparkops.pipeline import constrain
 from sparkops.pipeline.check import probe_steps, structure
 from sparkops.pipeline.spec import load_pipeline
@@ -64,9 +64,10 @@ async def check_pipeline(
     constrain.check_spec(spec)
     base = normalise_base(endpoint)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        client = ServerClient(session, timeout=constrain.PROBE_TIMEOUT_S)
         if block_size is None:
             metrics = api_url(base, "/metrics")
-            text = await openai_http.get_text(session, metrics, {})
+            text = await client.get_text(metrics)
             if text is None:
                 raise UserError(f"cannot read {metrics}; start the server or pass --block-size N")
             block_size = openai_http.block_size(text)
@@ -75,13 +76,13 @@ async def check_pipeline(
                     f"{metrics} has no vllm:cache_config_info block_size; pass --block-size N"
                 )
         try:
-            served = await openai_http.served_models(session, base, {})
+            served = await client.served_models(base)
             if spec.model not in served:
                 raise UserError(
                     f"model {spec.model!r} is not served at {base} (serving {served}); "
                     "fix 'model:' in the pipeline"
                 )
-            steps = await probe_steps(session, base, spec.model, spec.steps, {}, block_size)
+            steps = await probe_steps(client, base, spec.model, spec.steps, block_size)
         except (aiohttp.ClientError, OSError) as err:
             raise UserError(
                 f"cannot reach {api_url(base, '/tokenize')} ({type(err).__name__}); start the "
@@ -93,8 +94,8 @@ async def check_pipeline(
             ) from None
         except openai_http.AnswerError as err:
             raise UserError(f"{base}: {err}; point --endpoint at a vLLM server") from None
-        await constrain.check_servers(session, [base], spec, {}, source=str(path))
-        budget = await constrain.server_budgets(session, base, spec, {})
+        await constrain.check_servers(client, [base], spec, source=str(path))
+        budget = await constrain.server_budgets(client, base, spec)
     warnings = [w for s in steps for w in s.warnings]
     return {
         "pipeline": spec.name,

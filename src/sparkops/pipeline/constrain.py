@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 
 from sparkops.errors import UserError
+from sparkops.openai_http import ServerClient
 from sparkops.pipeline.extract import JSON_MARGIN as JSON_MARGIN
 from sparkops.pipeline.extract import longest_instance as longest_instance
 from sparkops.pipeline.kinds import Count, Mode
@@ -52,9 +53,9 @@ PROBE_SCHEMA = {
     "required": ["fruit"],
     "additionalProperties": False,
 }
-# How long one /tokenize call may take unless the caller says (the job passes its pre-flight
-# bound), and one probe at least: the server compiles the probe's grammar first, and a CPU
-# server shared with other work has taken over 30 s to answer it.
+# How long one /tokenize call may take when `sparkops pipeline check` asks (a job's client
+# carries its pre-flight bound), and one probe at least: the server compiles the probe's
+# grammar first, and a CPU server shared with other work has taken over 30 s to answer it.
 PROBE_TIMEOUT_S = 120.0
 # Room a free answer to the probe gets (enough to show what the server wrote instead).
 PROBE_MAX_TOKENS = {"choice": 8, "json": 24}
@@ -104,22 +105,18 @@ def describe(spec: PipelineSpec, budget: Mapping[str, int]) -> dict[str, dict[st
 
 # ---- asking the server --------------------------------------------------------------------
 async def token_counts(
-    session: aiohttp.ClientSession,
-    base: str,
-    model: str,
-    texts: list[str],
-    headers: dict[str, str],
-    timeout: float = PROBE_TIMEOUT_S,
+    client: ServerClient, base: str, model: str, texts: list[str]
 ) -> dict[str, int]:
-    """Each text's token count through the server's /tokenize (no special tokens); the
-    texts it could not count (a router has no /tokenize) are left out."""
+    """Each text's token count through the server's /tokenize (no special tokens), each call
+    bounded by the client's timeout; the texts it could not count (a router has no /tokenize)
+    are left out."""
     counts: dict[str, int] = {}
     for text in dict.fromkeys(texts):
         body = {"model": model, "prompt": text, "add_special_tokens": False}
         try:
             async with (
-                asyncio.timeout(timeout),
-                session.post(api_url(base, "/tokenize"), json=body, headers=headers) as resp,
+                asyncio.timeout(client.timeout),
+                client.post(api_url(base, "/tokenize"), body) as resp,
             ):
                 data = await resp.json(content_type=None)
                 ok = resp.status == 200
@@ -141,16 +138,10 @@ def _answer_texts(spec: PipelineSpec) -> list[str]:
     return texts
 
 
-async def server_budgets(
-    session: aiohttp.ClientSession,
-    base: str,
-    spec: PipelineSpec,
-    headers: dict[str, str],
-    timeout: float = PROBE_TIMEOUT_S,
-) -> dict[str, int]:
+async def server_budgets(client: ServerClient, base: str, spec: PipelineSpec) -> dict[str, int]:
     """Every step's max_tokens, counted with the server's tokenizer where it has one (else
     the byte bound)."""
-    counts = await token_counts(session, base, spec.model, _answer_texts(spec), headers, timeout)
+    counts = await token_counts(client, base, spec.model, _answer_texts(spec))
     return budgets(spec, lambda text: counts.get(text, byte_count(text)))
 
 
@@ -232,28 +223,18 @@ def probe_tells(status: int, data: Any) -> bool:
     return status == 200 and isinstance(text, str) and bool(text)
 
 
-async def probe(
-    session: aiohttp.ClientSession,
-    base: str,
-    model: str,
-    mode: Mode,
-    headers: dict[str, str],
-    timeout: float = PROBE_TIMEOUT_S,
-) -> str | None:
+async def probe(client: ServerClient, base: str, model: str, mode: Mode) -> str | None:
     """Ask `base` with a `mode` constraint; what is wrong (None: it held, or no answer could
     tell in PROBE_ATTEMPTS tries: said as a warning, and every answer of the job is checked
-    against its allowed forms instead)."""
-    timeout = max(timeout, PROBE_TIMEOUT_S)
+    against its allowed forms instead). Each try waits the client's timeout, and at least
+    PROBE_TIMEOUT_S (the server compiles the grammar first)."""
+    timeout = max(client.timeout, PROBE_TIMEOUT_S)
     why = "no answer"
     for attempt in range(1, PROBE_ATTEMPTS + 1):
         try:
             async with (
                 asyncio.timeout(timeout),
-                session.post(
-                    api_url(base, "/v1/chat/completions"),
-                    json=probe_body(model, mode),
-                    headers=headers,
-                ) as resp,
+                client.post(api_url(base, "/v1/chat/completions"), probe_body(model, mode)) as resp,
             ):
                 try:
                     data = await resp.json(content_type=None)
@@ -281,18 +262,13 @@ async def probe(
 
 
 async def check_servers(
-    session: aiohttp.ClientSession,
-    bases: list[str],
-    spec: PipelineSpec,
-    headers: dict[str, str],
-    source: str = "the pipeline",
-    timeout: float = PROBE_TIMEOUT_S,
+    client: ServerClient, bases: list[str], spec: PipelineSpec, source: str = "the pipeline"
 ) -> None:
     """Refuse (UserError, one line) a job whose constrained steps an endpoint would not hold."""
     kinds = sorted({m for m in modes(spec).values() if m != "off"})
     for base in dict.fromkeys(bases):
         for mode in kinds:
-            problem = await probe(session, base, spec.model, mode, headers, timeout)
+            problem = await probe(client, base, spec.model, mode)
             if problem is not None:
                 steps = [n for n, m in modes(spec).items() if m == mode]
                 raise UserError(refusal(base, problem, steps, source))
