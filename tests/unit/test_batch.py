@@ -102,7 +102,8 @@ def test_duplicate_ids_refused_before_any_request(tmp_path):
     p.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
     pipe = tmp_path / "p.yaml"
     pipe.write_text(
-        "name: t\nmodel: m\nsteps:\n  - name: a\n    user: '{text}'\n    parse: {choices: [yes, no]}\n"
+        "name: t\nmodel: m\nsteps:\n  - name: a\n    user: '{text}'\n"
+        "    parse: {choices: [yes, no]}\n"
     )
     out = tmp_path / "job"
     with pytest.raises(UserError, match=r"duplicate id.*'a' \(line 2\)"):

@@ -174,9 +174,7 @@ def test_a_json_step_answered_in_free_text_is_unheld():
         {
             "name": "t",
             "model": "m",
-            "steps": [
-                {"name": "x", "user": "{text}", "extract": {"fields": {"side": ["l", "r"]}}}
-            ],
+            "steps": [{"name": "x", "user": "{text}", "extract": {"fields": {"side": ["l", "r"]}}}],
         }
     )
     work = Pipeline(pipeline)
@@ -215,7 +213,7 @@ def test_the_derived_budget_fits_every_form_in_bytes_whatever_the_tokenizer_says
     work = spec(["oui", "non"])
     # the server's tokenizer says one token each; a grammar may spell "oui" o-u-i
     budget = constrain.budgets(work.spec, lambda text: 1)
-    assert budget["s"] == len("OUI".encode()) + 1
+    assert budget["s"] == len(b"OUI") + 1
     assert constrain.budgets(spec(["straße", "ödem"]).spec)["s"] == len("STRASSE") + 1
 
 
