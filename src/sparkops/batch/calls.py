@@ -21,6 +21,7 @@ stops the job (`Unheld`, batch/stop_rules.py) and the record stays unfinished.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkops.batch.outcome import Answer, Failure, Kind, Outcome
@@ -39,31 +40,21 @@ if TYPE_CHECKING:
 STALLED_ALONE_ATTEMPTS = 3
 
 
+@dataclass(frozen=True)
 class Caller:
     """Sends one step's request until it has an outcome for the record: the transport and
     the pool it picks endpoints from, the check request that tells a record's problem from
     an outage, the job-level no-answer rule, and how to stop the job. The engine builds one
     when its HTTP session opens; nothing else reaches into the engine for them."""
 
-    def __init__(
-        self,
-        transport: Transport,
-        pool: EndpointPool,
-        checks: Checks,
-        no_answer: NoAnswer,
-        stats: Stats,
-        stop: Callable[[Stop], None],
-        want_text: bool,
-        unheld: Unheld,
-    ) -> None:
-        self.transport = transport
-        self.pool = pool
-        self.checks = checks
-        self.no_answer = no_answer
-        self.stats = stats
-        self.stop = stop
-        self.want_text = want_text
-        self.unheld = unheld
+    transport: Transport
+    pool: EndpointPool
+    checks: Checks
+    no_answer: NoAnswer
+    stats: Stats
+    stop: Callable[[Stop], None]
+    want_text: bool
+    unheld: Unheld
 
     async def send(
         self,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -73,32 +74,29 @@ def other_model_message(model: str, expected: str, strict: bool) -> str:
     )
 
 
+@dataclass(frozen=True)
 class Checks:
-    """The engine's check requests and its watch on which model answered."""
+    """The engine's check requests and its watch on which model answered.
 
-    def __init__(
-        self,
-        transport: Transport,
-        pool: EndpointPool,
-        no_answer: NoAnswer,
-        hooks: RunHooks,
-        model: str | None,
-        expected: str | None,
-        *,
-        strict_model: bool = False,
-    ) -> None:
-        """transport: the engine's (its client's timeout bounds a check request too); model:
-        the one the check request names; expected: the workload's (None for an OpenAI batch
-        file, whose lines name their own: no answer is then another model's). `hooks`: the
-        run's (another model is recorded and said there; --strict-serving stops the job)."""
-        self.transport = transport
-        self.strict_model = strict_model
-        self.pool = pool
-        self.no_answer = no_answer
-        self.hooks = hooks
-        self.model = expected
-        self.payload = json.dumps(check_body(model)).encode()
-        self.other_models: set[str] = set()
+    transport: the engine's (its client's timeout bounds a check request too); check_model:
+    the model the check request names; expected: the workload's (None for an OpenAI batch
+    file, whose lines name their own: no answer is then another model's); hooks: the run's
+    (another model is recorded and said there; --strict-serving stops the job)."""
+
+    transport: Transport
+    pool: EndpointPool
+    no_answer: NoAnswer
+    hooks: RunHooks
+    check_model: str | None
+    expected: str | None
+    strict_model: bool = False
+    other_models: set[str] = field(default_factory=set, init=False)
+
+    @property
+    def payload(self) -> bytes:
+        """The check request's body (asked rarely: at a deadline, or when all endpoints
+        stalled)."""
+        return json.dumps(check_body(self.check_model)).encode()
 
     async def answers(self, ep: Endpoint, within: float = CHECK_TIMEOUT_S) -> bool:
         """Whether `ep` answers the check request within `within` seconds; a failure marks
@@ -137,7 +135,7 @@ class Checks:
         False when the answer must not be kept: with --strict-serving an answer from another
         model stops the job, and its record stays unfinished (a resume after the fix sends
         it again) instead of being journalled with the other model's decision."""
-        expected = self.model
+        expected = self.expected
         if model is None or expected is None or model == expected:
             return True
         strict = self.strict_model

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 
 from sparkops import openai_http
 from sparkops.batch.endpoints import EndpointPool
@@ -23,27 +24,21 @@ from sparkops.metrics.timeline import LiveHitRate
 from sparkops.openai_http import ServerClient
 
 
+@dataclass(frozen=True)
 class Sampler:
-    """Samples every endpoint's /metrics for one run, on the side client."""
+    """Samples every endpoint's /metrics for one run, on the side client.
 
-    def __init__(
-        self,
-        side: ServerClient,
-        pool: EndpointPool,
-        job: JobRun,
-        stats: Stats,
-        hooks: RunHooks,
-        watch: ServingWatch | None = None,
-    ) -> None:
-        """hooks: the run's (the progress line is refreshed there between samples); watch:
-        the serving watch each sample's identity check goes to (None: no drift)."""
-        self.side = side
-        self.pool = pool
-        self.job = job
-        self.stats = stats
-        self.hooks = hooks
-        self.watch = watch
-        self.live = LiveHitRate()
+    hooks: the run's (the progress line is refreshed there between samples); watch: the
+    serving watch each sample's identity check goes to (None: no drift); live: the running
+    hit rate the progress line shows."""
+
+    side: ServerClient
+    pool: EndpointPool
+    job: JobRun
+    stats: Stats
+    hooks: RunHooks
+    watch: ServingWatch | None = None
+    live: LiveHitRate = field(default_factory=LiveHitRate, init=False)
 
     async def once(self) -> None:
         """One /metrics sample of every backend, appended to timeline.jsonl; then each

@@ -344,22 +344,21 @@ async def start(
     return log
 
 
+@dataclass(frozen=True)
 class ServingWatch:
     """What serves the job while one run goes on: each endpoint's identity re-checked on
     every /metrics sample (drift: a change line and a new epoch in the serving record, said
     on the progress line; --strict-serving's stop). The run's start line is `start`'s;
-    answers from another model reach the record through the run's hooks (batch/checks.py)."""
+    answers from another model reach the record through the run's hooks (batch/checks.py).
 
-    def __init__(
-        self, client: ServerClient, log: ServingLog, job: JobRun, strict: bool, hooks: RunHooks
-    ) -> None:
-        """client: the job's side client; log: the record `start` began for this run;
-        hooks: the run's (a change is said there; --strict-serving stops the run)."""
-        self.client = client
-        self.log = log
-        self.job = job
-        self.strict = strict
-        self.hooks = hooks
+    client: the job's side client; log: the record `start` began for this run; hooks: the
+    run's (a change is said there; --strict-serving stops the run)."""
+
+    client: ServerClient
+    log: ServingLog
+    job: JobRun
+    strict: bool
+    hooks: RunHooks
 
     @property
     def epoch(self) -> int:
