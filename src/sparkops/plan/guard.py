@@ -36,15 +36,18 @@ side's minimum.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any
 
 from sparkops.errors import UserError
+from sparkops.plan.host_readings import GpuProcess as GpuProcess
+from sparkops.plan.host_readings import HostKind as HostKind
+from sparkops.plan.host_readings import host_kind as host_kind
+from sparkops.plan.host_readings import parse_compute_apps as parse_compute_apps
+from sparkops.plan.host_readings import parse_gpu_total as parse_gpu_total
+from sparkops.plan.host_readings import parse_meminfo as parse_meminfo
 from sparkops.plan.memory import GB, GIB, MIB, MemoryPlan, plan_memory
 from sparkops.profiles.schema import Profile
-
-HostKind = Literal["native", "wsl2"]
 
 # Every GB10 machine (DGX Spark, RTX Spark) has 128 GB; WSL2 cannot see the Windows side.
 GB10_TOTAL_GB = 128.0
@@ -63,15 +66,6 @@ class GuardSettings:
     activations_gb: float | None = None  # None: ACTIVATIONS_GB of the profile's platform
     margin_gb: float = 4.0
     wsl_linux_gb: float = 8.0
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """One line of `nvidia-smi --query-compute-apps=pid,process_name,used_memory`."""
-
-    pid: int
-    name: str
-    used_bytes: int | None  # None: the driver did not report it ([N/A])
 
 
 @dataclass(frozen=True)
@@ -145,49 +139,6 @@ class Verdict:
             "message": self.message,
             "problems": list(self.problems),
         }
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """/proc/meminfo as bytes per field ("MemTotal:  125535208 kB" -> 128548052992)."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        match = re.match(r"^([A-Za-z0-9_()]+):\s+(\d+)(?:\s+kB)?\s*$", line)
-        if match:
-            unit = 1024 if line.rstrip().endswith("kB") else 1
-            out[match.group(1)] = int(match.group(2)) * unit
-    return out
-
-
-def _mib(value: str) -> int | None:
-    value = value.strip().removesuffix("MiB").strip()
-    return int(float(value) * MIB) if re.fullmatch(r"\d+(\.\d+)?", value) else None
-
-
-def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
-    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits`
-    (a header line or units are tolerated; "[N/A]" memory is kept as unknown)."""
-    procs = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3 or not parts[0].isdigit():
-            continue  # header, "No running processes found", blank
-        procs.append(GpuProcess(int(parts[0]), ",".join(parts[1:-1]), _mib(parts[-1])))
-    return tuple(procs)
-
-
-def parse_gpu_total(text: str) -> int | None:
-    """`nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits`: the first GPU's
-    memory in bytes, or None for "[N/A]" (a GB10's unified memory) or no output."""
-    for line in text.splitlines():
-        value = _mib(line)
-        if value:
-            return value
-    return None
-
-
-def host_kind(osrelease: str) -> HostKind:
-    """WSL2 kernels name themselves "...-microsoft-standard-WSL2"."""
-    return "wsl2" if "microsoft" in osrelease.lower() else "native"
 
 
 def host_facts(
