@@ -83,14 +83,15 @@ class Engine:
         """default_model: the first model the endpoints serve (the pre-flight's), for a
         request that names none and for the check request of a workload without a model.
         hooks: the run's (batch/hooks.py: its stop, where warnings are said, the serving
-        epoch); stats: the live counters the progress line reads (the job's, else new)."""
+        epoch; the pool's unless given); stats: the live counters the progress line reads
+        (the job's, else new)."""
         self.cfg = cfg
         self.pool = pool
         self.journal = journal
         self.workload = workload
         self.policy = policy
         self.default_model = default_model
-        self.hooks = RunHooks() if hooks is None else hooks
+        self.hooks = pool.hooks if hooks is None else hooks
         self.stats = Stats() if stats is None else stats
         self._seq = 0
         self.fates = Fates(journal, self.stats, cfg.run, self.hooks)

@@ -40,7 +40,7 @@ from sparkops.batch.signals import JobSignals
 from sparkops.batch.stall import StallChange
 from sparkops.batch.workload import Workload, workload_for
 from sparkops.errors import Interrupted, JobStopped, UserError
-from sparkops.jobdir import lines
+from sparkops.jobdir import digest, lines
 from sparkops.jobdir.folder import Manifest, check_out_dir
 from sparkops.jobdir.journal import Journal
 from sparkops.jobdir.run import JobRun
@@ -149,11 +149,12 @@ async def run_job_async(cfg: JobConfig) -> JobSummary:
 
 async def _run_job(cfg: JobConfig, stopper: Stopper) -> JobSummary:
     workload, kind, api_key = _validate(cfg)
+    bases = [normalise_base(u) for u in cfg.endpoints]
     stack: dict[str, Any] | None
     if cfg.stack_record:
         stack = serving.read_stack_record(cfg.stack_record)
     else:
-        stack = local_stack.find([normalise_base(u) for u in cfg.endpoints])
+        stack = local_stack.find(bases)
     source = InputSource.scan(cfg.input, kind, cfg.id_field, cfg.encoding)
     # A first record the workload cannot send (a field a step's template names but it lacks)
     # is the job's or the input's mistake, not that record's: one line, exit 2, before any
@@ -161,7 +162,6 @@ async def _run_job(cfg: JobConfig, stopper: Stopper) -> JobSummary:
     if (first := source.first_record()) is not None:
         workload.check_first(first, cfg.input)
     manifest = _manifest(workload, cfg, source)
-    bases = [normalise_base(u) for u in cfg.endpoints]
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         # the side client: pre-flight, serving record, samples (the preflight's bound)
         side = ServerClient(
@@ -287,6 +287,7 @@ async def _run_engine(
             end.extra["active_s"] = round(engine.fates.last_finish - run_started, 3)
         if engine.unheld.counts:  # answers sent again: the constraint did not hold
             end.extra["unheld"] = dict(engine.unheld.counts)
+        end.extra[digest.DIGESTS] = digest.seal(job.directory)  # the files, sealed (issue 40)
         job.log(end)
     return stop
 
