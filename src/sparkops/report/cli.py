@@ -1,10 +1,11 @@
-"""`sparkops report DIR [--json]`."""
+"""`sparkops report DIR [--json | --html]`."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from sparkops.report.html import write_html
 from sparkops.report.render import markdown, report_json, write_report
 
 
@@ -18,10 +19,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the report as JSON (report.json's content) instead of Markdown",
     )
+    p.add_argument(
+        "--html",
+        action="store_true",
+        help="write DIR/report.html instead: the report as one self-contained HTML file "
+        "(plots inside, nothing fetched when it is opened) and print its path (default: off)",
+    )
     p.set_defaults(func=_report)
 
 
 def _report(args: argparse.Namespace) -> int:
+    if args.html:  # report/html.py: a job folder, or a sweep folder
+        print(write_html(args.dir))
+        return 0
     report = write_report(args.dir)
     if args.json:
         print(report_json(report), end="")
