@@ -13,6 +13,7 @@ from sparkops.batch.api.server import register_serve
 from sparkops.batch.exporter import register_metrics
 from sparkops.batch.job import run_job
 from sparkops.batch.options import add_job_options, job_config, job_settings
+from sparkops.batch.verify import register_verify
 from sparkops.cli import command_family
 from sparkops.errors import JobStopped, UserError
 from sparkops.files import open_private
@@ -54,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.set_defaults(func=_status)
 
     register_serve(sub)  # `sparkops batch serve`: OpenAI's Batch API (batch/api/)
+    register_verify(sub)  # `sparkops batch verify`: the job's files against their seals
     register_metrics(sub)  # `sparkops batch metrics`: the job's Prometheus metrics (exporter.py)
 
 

@@ -38,6 +38,7 @@ from sparkops.compare.stats import (
 )
 from sparkops.console import stdout_console
 from sparkops.errors import UserError
+from sparkops.jobdir import digest
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -108,7 +109,7 @@ def run_compare(args: argparse.Namespace) -> int:
     mapping = parse_gold_map(args.gold_map)
     if mapping and not args.gold:
         raise UserError("--gold-map reads gold labels: pass --gold labels.csv with it")
-    warnings = [w for w in (same_job(run_a, run_b),) if w]
+    warnings = [w for w in (same_job(run_a, run_b), *edited(run_a, run_b)) if w]
     if not run_a.decisions.keys() & run_b.decisions.keys():
         raise UserError(
             f"no record is decided in both runs ({run_a.path}: {len(run_a.decisions)} "
@@ -144,6 +145,13 @@ def run_compare(args: argparse.Namespace) -> int:
         console = stdout_console()
         print_comparison(result, run_a, run_b, args.show, console, setups, evidence)
     return 0
+
+
+def edited(*runs: RunDecisions) -> list[str]:
+    """A warning per run whose job folder does not verify: its results were changed after
+    its runs wrote them (jobdir/digest.py; a folder without seals says nothing)."""
+    folders = dict.fromkeys(run.path.parent for run in runs)
+    return [said for folder in folders if (said := digest.warning(folder)) is not None]
 
 
 def checked_gold(

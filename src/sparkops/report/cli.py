@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from sparkops.jobdir import digest
 from sparkops.report.html import write_html
 from sparkops.report.render import markdown, report_json, write_report
 
@@ -29,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    if (edited := digest.warning(args.dir)) is not None:  # results changed since written
+        print(f"sparkops: warning: {edited}", file=sys.stderr)
     if args.html:  # report/html.py: a job folder, or a sweep folder
         print(write_html(args.dir))
         return 0
