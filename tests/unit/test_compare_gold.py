@@ -288,16 +288,23 @@ def demo_output(tmp_path, decide) -> str:
 def test_demo_shows_the_baseline_and_says_when_the_model_is_no_better(tmp_path):
     printed = demo_output(tmp_path, lambda label: "no")
     assert (
-        "Against the sample's gold labels (300 records; positive = yes, call the stroke team): "
-        "sensitivity 0.0%, specificity 100.0%, accuracy 69.0% (majority-class baseline 69.0%: "
-        "always 'no'): no better than answering 'no' to every note"
+        "Against the sample's gold labels (300 records; positive = yes, call the stroke team; "
+        f"95% Wilson intervals): sensitivity {said(0, 93)}, specificity {said(207, 207)}, PPV "
+        f"n/a, NPV {said(207, 300)}, accuracy {said(207, 300)} (majority-class baseline "
+        f"{said(207, 300)}: always 'no'): no better than answering 'no' to every note"
+    ) in printed.splitlines()
+    low, high = proportion_confint(207, 300, method="wilson")
+    assert (
+        f"On notes like these the model's accuracy could lie anywhere from {low:.1%} to "
+        f"{high:.1%} (95%): 300 notes cannot pin it closer than {100 * (high - low):.0f} points."
     ) in printed.splitlines()
 
 
 def test_demo_says_nothing_more_when_the_model_beats_the_baseline(tmp_path):
     printed = demo_output(tmp_path, lambda label: label)
     assert (
-        "sensitivity 100.0%, specificity 100.0%, accuracy 100.0% (majority-class baseline "
-        "69.0%: always 'no')"
+        f"sensitivity {said(93, 93)}, specificity {said(207, 207)}, PPV {said(93, 93)}, NPV "
+        f"{said(207, 207)}, accuracy {said(300, 300)} (majority-class baseline "
+        f"{said(207, 300)}: always 'no')"
     ) in printed
     assert "no better" not in printed

@@ -6,8 +6,9 @@ pipeline over 300 synthetic notes; on the real model its demo variant, whose ste
 ~1,130-token reference, so the prefix cache has whole blocks to reuse) through the batch
 client, and prints its report: records/min, token rates, prefix-cache hit rate against its
 ceiling, then what the model decided: the decisions, how many records stopped after the first
-call, and the agreement with the notes' gold labels (sensitivity, specificity, accuracy beside the
-majority-class baseline, and whether the model did better than it)."""
+call, and the agreement with the notes' gold labels (sensitivity, specificity, PPV, NPV, accuracy
+beside the majority-class baseline, each with its 95% interval, and whether the model did better
+than the baseline): the intervals show how little 300 notes and a 135M model can say."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from sparkops.local.server import (
 )
 
 if TYPE_CHECKING:
+    from sparkops.compare.stats import Confusion
     from sparkops.jobdir.job_report import JobReport
 
 # The demo shows decisions, so it runs the real model; `--model tiny` is the fast stand-in.
@@ -82,10 +84,11 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
 
 def print_decisions(out: Path, console: Console) -> None:
     """What the model decided beyond the report's decisions table (printed just before it):
-    calls per record, and accuracy against the sample's gold labels (the same reader and
-    statistics as `sparkops compare`)."""
+    calls per record, and accuracy against the sample's gold labels with their 95% intervals
+    (the same reader, statistics and Wilson intervals as `sparkops compare`): what 300 notes
+    can say about a model, and what they cannot."""
     from sparkops.compare.runs import load_gold, load_run
-    from sparkops.compare.stats import against_gold, baseline_text, no_better_text
+    from sparkops.compare.stats import against_gold, no_better_text
     from sparkops.samples import GOLD
 
     decisions = load_run(out).decisions
@@ -99,15 +102,44 @@ def print_decisions(out: Path, console: Console) -> None:
     verdict = no_better_text(conf, "note")
     console.print(
         f"Against the sample's gold labels ({conf.n} records; positive = yes, call the stroke "
-        f"team): sensitivity {_pct(conf.sensitivity)}, specificity {_pct(conf.specificity)}, "
-        f"accuracy {_pct(conf.accuracy)} ({baseline_text(conf)})"
-        + (f": {verdict}" if verdict else ""),
+        f"team; 95% Wilson intervals): {gold_figures(conf)}" + (f": {verdict}" if verdict else ""),
         soft_wrap=True,
     )
+    if (said := width_sentence(conf)) is not None:
+        console.print(said, soft_wrap=True)
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1%}"
+def gold_figures(conf: Confusion) -> str:
+    """Sensitivity, specificity, PPV, NPV and accuracy, each with its Wilson interval, and the
+    majority-class baseline beside the accuracy."""
+    from sparkops.compare.intervals import wilson
+
+    figures = (
+        ("sensitivity", conf.tp, conf.tp + conf.fn),
+        ("specificity", conf.tn, conf.tn + conf.fp),
+        ("PPV", conf.tp, conf.tp + conf.fp),
+        ("NPV", conf.tn, conf.tn + conf.fn),
+        ("accuracy", conf.correct, conf.n),
+    )
+    said = ", ".join(f"{name} {wilson(count, n).percent()}" for name, count, n in figures)
+    if not conf.n:
+        return f"{said} (majority-class baseline n/a: no record has a gold label)"
+    baseline = wilson(conf.baseline_correct, conf.n).percent()
+    return f"{said} (majority-class baseline {baseline}: always '{conf.majority}')"
+
+
+def width_sentence(conf: Confusion) -> str | None:
+    """How little the notes pin the accuracy down: its interval in words."""
+    from sparkops.compare.intervals import wilson
+
+    found = wilson(conf.correct, conf.n)
+    if found.low is None or found.high is None:
+        return None
+    return (
+        f"On notes like these the model's accuracy could lie anywhere from {found.low:.1%} to "
+        f"{found.high:.1%} (95%): {conf.n} notes cannot pin it closer than "
+        f"{100 * (found.high - found.low):.0f} points."
+    )
 
 
 def run_demo(
