@@ -27,6 +27,7 @@ from sparkops.compare.gold import (
     step_labels,
 )
 from sparkops.compare.intervals import DEFAULT_RESAMPLES, DEFAULT_SEED
+from sparkops.compare.methods import add_methods_option, write_comparison_methods
 from sparkops.compare.runs import RunDecisions, load_gold, load_run, same_job
 from sparkops.compare.serving import Setup, load_setup, setup_diff
 from sparkops.compare.stats import (
@@ -96,6 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"the bootstrap's random seed (default {DEFAULT_SEED}): the same seed gives the "
         "same intervals",
     )
+    add_methods_option(parser)  # --methods [FILE]: the comparison's methods.md (methods.py)
     parser.add_argument("--show", type=int, default=20, help="changed records to list")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(func=run_compare)
@@ -130,6 +132,11 @@ def run_compare(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"sparkops: warning: {warning}", file=sys.stderr)
     evidence = gather(result, run_a.decisions, run_b.decisions, gold, positive, boot, margin)
+    written = (
+        write_comparison_methods(args.methods, run_a, run_b, result, evidence, args.gold, mapping)
+        if args.methods is not None
+        else None
+    )
     setups = (load_setup(args.run_a), load_setup(args.run_b))
     if args.json:
         out = result.as_dict() | evidence.as_dict()
@@ -140,10 +147,13 @@ def run_compare(args: argparse.Namespace) -> int:
             for name, run in (("a", run_a), ("b", run_b))
         }
         out["serving"] = serving_json(*setups)
+        out["methods"] = str(written) if written else None
         print(json.dumps(out, indent=2))
     else:
         console = stdout_console()
         print_comparison(result, run_a, run_b, args.show, console, setups, evidence)
+        if written:
+            console.print(f"Methods: {written}", soft_wrap=True)
     return 0
 
 

@@ -8,7 +8,8 @@ client, and prints its report: records/min, token rates, prefix-cache hit rate a
 ceiling, then what the model decided: the decisions, how many records stopped after the first
 call, and the agreement with the notes' gold labels (sensitivity, specificity, PPV, NPV, accuracy
 beside the majority-class baseline, each with its 95% interval, and whether the model did better
-than the baseline): the intervals show how little 300 notes and a 135M model can say."""
+than the baseline): the intervals show how little 300 notes and a 135M model can say. It
+writes the job's methods.md (methods/document.py) with the sample pipeline."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
     client, then its report: the same code path as `sparkops batch run` + `sparkops report`."""
     from sparkops.batch import JobConfig, run_job
     from sparkops.local import paths
+    from sparkops.methods.document import write_job_methods
     from sparkops.report.render import markdown, write_report
     from sparkops.samples import NOTES, sample_pipeline
 
@@ -77,7 +79,11 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
     )
     report = write_report(out)
     print_markdown(console, markdown(report, out.name))
-    console.print(f"Report: {out / 'report.md'}, plot: {out / 'throughput.png'}")
+    methods = write_job_methods(out, pipeline)  # the methods section, pipeline proven the job's
+    console.print(
+        f"Report: {out / 'report.md'}, plot: {out / 'throughput.png'}, methods: {methods}",
+        soft_wrap=True,
+    )
     print_decisions(out, console)
     return report
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from sparkops.jobdir import digest
+from sparkops.methods.document import add_methods_options, methods_from_args
 from sparkops.report.html import write_html
 from sparkops.report.render import markdown, report_json, write_report
 
@@ -27,12 +28,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write DIR/report.html instead: the report as one self-contained HTML file "
         "(plots inside, nothing fetched when it is opened) and print its path (default: off)",
     )
+    add_methods_options(p)  # --methods [--pipeline P.yaml]: DIR/methods.md (methods/)
     p.set_defaults(func=_report)
 
 
 def _report(args: argparse.Namespace) -> int:
     if (edited := digest.warning(args.dir)) is not None:  # results changed since written
         print(f"sparkops: warning: {edited}", file=sys.stderr)
+    if (methods := methods_from_args(args)) is not None:  # DIR/methods.md (methods/)
+        print(methods)
+        return 0
     if args.html:  # report/html.py: a job folder, or a sweep folder
         print(write_html(args.dir))
         return 0
