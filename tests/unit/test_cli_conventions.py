@@ -25,7 +25,8 @@ from tests.plugins.job_dir import manifest
 SPARKOPS = [sys.executable, "-m", "sparkops.cli"]
 # What only `batch run` has: a sweep runs its own input per level and replaces
 # --concurrency by --levels.
-BATCH_ONLY = {"--help", "--pipeline", "--input", "--out", "--concurrency"}
+# (--metrics-port: one port per job; a sweep runs its levels one after another, unwatched)
+BATCH_ONLY = {"--help", "--pipeline", "--input", "--out", "--concurrency", "--metrics-port"}
 
 
 def subparser(parser: argparse.ArgumentParser, *path: str) -> argparse.ArgumentParser:

@@ -99,6 +99,8 @@ class Engine:
         self.no_answer = NoAnswer(cfg.retry_for, last_ok=pool.now())
         # answers outside a constrained step's allowed set, per endpoint
         self.unheld = Unheld(on_warning=self.hooks.say)
+        # calls in flight per step, while the dispatcher runs (the job's /metrics reads it)
+        self.in_flight_by_step: dict[str, int] = {}
 
     @property
     def stop_reason(self) -> Stop | None:
@@ -157,6 +159,7 @@ class Engine:
         ready: ReadyQueues[RecordState] = ReadyQueues(
             self.policy, self.cfg.max_wait or default_max_wait(self.cfg.concurrency)
         )
+        self.in_flight_by_step = ready.in_flight
         max_active = self.cfg.concurrency + (
             self.cfg.lookahead or max(8, self.cfg.concurrency // 4)
         )

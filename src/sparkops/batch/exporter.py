@@ -27,10 +27,13 @@ scraped, and a timer (or the job's unit's `ExecStopPost=`) can refresh it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -39,6 +42,10 @@ from sparkops.errors import UserError
 from sparkops.files import WriteFailed, write_atomic
 from sparkops.jobdir.figures import FolderFigures
 from sparkops.metrics.job_metrics import JobSnapshot, StepFigures, exposition, job_registry
+
+if TYPE_CHECKING:
+    from sparkops.batch.engine import Engine
+    from sparkops.batch.progress import ProgressView
 
 LOOPBACK = "127.0.0.1"
 # node exporter's textfile collector reads only files named *.prom
@@ -55,6 +62,19 @@ class LiveFigures:
     unheld: Mapping[str, int] = field(default_factory=dict)  # this run's, per endpoint
     pace: float | None = None  # records done per second, this run
     eta_s: float | None = None
+
+
+def live_figures(engine: Engine, view: ProgressView) -> LiveFigures:
+    """What the running engine and the progress view know now (read between two steps of the
+    event loop, so consistent)."""
+    per_min = view.records_per_min()
+    return LiveFigures(
+        in_flight=dict(engine.in_flight_by_step),
+        stalled={ep.name: ep.stalled for ep in engine.pool.endpoints},
+        unheld=dict(engine.unheld.counts),
+        pace=None if per_min is None else per_min / 60,
+        eta_s=view.eta_s(),
+    )
 
 
 def with_live(snap: JobSnapshot, live: LiveFigures) -> JobSnapshot:
@@ -125,6 +145,13 @@ class MetricsServer:
             return web.Response(status=503, text="the job is starting\n")
         body = generate_latest(self._registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def metrics_server(port: int | None) -> AbstractAsyncContextManager[MetricsServer | None]:
+    """The job's /metrics server on `port` (bound on entering), or nothing without a port."""
+    if port is None:
+        return contextlib.nullcontext()
+    return MetricsServer(port)
 
 
 # ---- `sparkops batch metrics DIR [--textfile PATH]` -------------------------------------------

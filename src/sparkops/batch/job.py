@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 
 from sparkops import local_stack
-from sparkops.batch import collector, serving, stall
+from sparkops.batch import collector, exporter, serving, stall
 from sparkops.batch.endpoints import EndpointPool, normalise_base
 from sparkops.batch.engine import Engine, EngineConfig, Stats, Stop
 from sparkops.batch.hooks import RunHooks, Stopper
@@ -162,7 +162,11 @@ async def _run_job(cfg: JobConfig, stopper: Stopper) -> JobSummary:
     if (first := source.first_record()) is not None:
         workload.check_first(first, cfg.input)
     manifest = _manifest(workload, cfg, source)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+    # the job's own /metrics (--metrics-port): bound before any request, a port in use is exit 2
+    async with (
+        exporter.metrics_server(cfg.metrics_port) as metrics,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
+    ):
         # the side client: pre-flight, serving record, samples (the preflight's bound)
         side = ServerClient(
             session, auth_headers(api_key), min(PREFLIGHT_TIMEOUT_S, cfg.request_timeout)
@@ -224,6 +228,8 @@ async def _run_job(cfg: JobConfig, stopper: Stopper) -> JobSummary:
             t0 = time.monotonic()
             watch = ServingWatch(side, log, job, cfg.strict_serving, hooks)
             sampler = Sampler(side, pool, job, stats, hooks, watch)
+            if metrics is not None:  # served from the folder, with the run's live figures
+                metrics.attach(job.directory, lambda: exporter.live_figures(engine, view))
             stop = await _run_engine(cfg, job, engine, source, sampler, view, run_started)
     _raise_for_stop(stop, job.journal)
     return _summary(cfg, source.total, stats, time.monotonic() - t0, job)

@@ -244,6 +244,17 @@ class JobConfig(EngineSettings):
         ),
         Flag("--stack-record", metavar="FILE"),
     ] = None
+    metrics_port: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=65535,
+            description="serve the job's own figures as Prometheus metrics on "
+            "127.0.0.1:PORT/metrics while it runs (docs/watch.md); a port in use stops the job "
+            "before any request",
+        ),
+        Flag("--metrics-port", metavar="PORT", sweep=False),
+    ] = None
     progress: Annotated[
         bool,
         Field(

@@ -4,7 +4,8 @@ Where people would rather look than read: the run's timeline (records/min and th
 hit rate: the throughput plot report.md links; calls in flight, running and waiting requests,
 KV cache use; each step's hit rate against its ceiling over time), the figures, the bottleneck
 sentence, the decisions, errors by cause, answers cut off, the serving record and its changes,
-stalls and, for a concurrency sweep, its levels.
+stalls and, for a concurrency sweep, its levels. The plots it adds to report.md's are drawn in
+report/html_plots.py.
 
 One file, nothing fetched at view time: the plots are PNGs inside it (data: URLs), the style
 is inline, there is no script, and a Content-Security-Policy forbids every other source, so
@@ -21,11 +22,10 @@ message (a 422 can quote the request).
 from __future__ import annotations
 
 import base64
-import io
 import json
 import time
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -40,10 +40,10 @@ from sparkops.jobdir.durable import iter_json_lines
 from sparkops.jobdir.folder import is_job_dir
 from sparkops.jobdir.job_report import JobReport
 from sparkops.jobdir.reader import JobFolder
-from sparkops.metrics.timeline import TimelineSample
 from sparkops.report import serving as report_serving
 from sparkops.report import stalls
 from sparkops.report.compute import JobData, compute_report, load_dir
+from sparkops.report.html_plots import load_figure, png, step_figure, step_hit_series
 from sparkops.report.render import ROWS, figure
 
 REPORT_HTML = "report.html"
@@ -148,10 +148,10 @@ def figures_section(report: JobReport) -> Section:
 
 def timeline_section(data: JobData, report: JobReport, folder: JobFolder) -> Section:
     section = Section("timeline", "Timeline")
-    section.images.append(Image("records/min and prefix cache hit rate", _png(figure(data))))
+    section.images.append(Image("records/min and prefix cache hit rate", png(figure(data))))
     if data.samples:
         section.images.append(
-            Image("calls in flight, requests and KV cache", _png(load_figure(data.samples)))
+            Image("calls in flight, requests and KV cache", png(load_figure(data.samples)))
         )
     else:
         section.paragraphs.append(
@@ -164,7 +164,7 @@ def timeline_section(data: JobData, report: JobReport, folder: JobFolder) -> Sec
     buckets = step_hit_series(_timings(folder))
     if buckets:
         section.images.append(
-            Image("each step's hit rate against its ceiling", _png(step_figure(buckets, ceilings)))
+            Image("each step's hit rate against its ceiling", png(step_figure(buckets, ceilings)))
         )
     else:
         section.paragraphs.append(
@@ -382,117 +382,6 @@ def _timings(folder: JobFolder) -> Iterator[lines.Timing]:
         if finished.timing is not None:
             yield finished.timing
     yield from folder.meta_timings()
-
-
-def step_hit_series(
-    timings: Iterable[lines.Timing], buckets: int = 40
-) -> dict[str, list[tuple[float, float]]]:
-    """Per step, (seconds since the first answer, cached/prompt tokens) per time bucket, over
-    the answers that reported their cached tokens (figures that cannot be true left out)."""
-    points = [
-        (t.t, s.step, s.prompt_tokens, s.cached_tokens)
-        for t in timings
-        if t.t is not None
-        for s in t.steps
-        if s.cached_tokens is not None
-        and 0 <= s.cached_tokens <= s.prompt_tokens
-        and s.prompt_tokens > 0
-    ]
-    if not points:
-        return {}
-    origin = min(p[0] for p in points)
-    width = max(1.0, (max(p[0] for p in points) - origin) / buckets)
-    sums: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for t, step, prompt, cached in points:
-        cell = sums[step][int((t - origin) // width)]
-        cell[0] += cached
-        cell[1] += prompt
-    return {
-        step: [((k + 0.5) * width, c / p) for k, (c, p) in sorted(cells.items())]
-        for step, cells in sums.items()
-    }
-
-
-# ---- plots (matplotlib, PNG inline) -----------------------------------------------------------
-def load_figure(samples: Sequence[TimelineSample]) -> Any:
-    """The client's calls in flight, each endpoint's running and waiting requests, and its KV
-    cache use, over time."""
-    import matplotlib.pyplot as plt
-
-    origin = min(s.t for s in samples)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
-    client = sorted({(s.t, s.in_flight) for s in samples if s.in_flight is not None})
-    if client:
-        top.plot(
-            [t - origin for t, _ in client], [n for _, n in client], label="client: calls in flight"
-        )
-    for endpoint, series in _by_endpoint(samples).items():
-        for key, style in (("running", "-"), ("waiting", ":")):
-            shown = [(s.t - origin, s.v[key]) for s in series if key in s.v]
-            if shown:
-                top.plot(*zip(*shown, strict=True), style, label=f"{endpoint}: {key}")
-        kv = [
-            (s.t - origin, 100 * s.v["kv_cache_usage"]) for s in series if "kv_cache_usage" in s.v
-        ]
-        if kv:
-            bottom.plot(*zip(*kv, strict=True), label=f"{endpoint}: KV cache use")
-    top.set_ylabel("requests")
-    top.set_ylim(bottom=0)
-    top.legend(fontsize="small")
-    top.set_title("Calls in flight, running and waiting requests")
-    bottom.set_ylabel("KV cache use (%)")
-    bottom.set_ylim(0, 100)
-    bottom.set_xlabel("seconds since the first sample")
-    if bottom.get_legend_handles_labels()[0]:
-        bottom.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
-def step_figure(
-    series: dict[str, list[tuple[float, float]]], ceilings: dict[str, float | None]
-) -> Any:
-    """Each step's hit rate over time (solid) against its ceiling (dashed, same colour)."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for step, points in series.items():
-        (line,) = ax.plot(
-            *zip(*[(t, 100 * h) for t, h in points], strict=True),
-            marker=".",
-            label=f"{step}: hit rate",
-        )
-        if (ceiling := ceilings.get(step)) is not None:
-            ax.axhline(
-                100 * ceiling, linestyle="--", color=line.get_color(), label=f"{step}: ceiling"
-            )
-    ax.set_ylim(0, 100)
-    ax.set_ylabel("prefix cache hit rate (%)")
-    ax.set_xlabel("seconds since the first answer")
-    ax.set_title("Hit rate per step against its ceiling")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
-def _by_endpoint(samples: Sequence[TimelineSample]) -> dict[str, list[TimelineSample]]:
-    out: dict[str, list[TimelineSample]] = defaultdict(list)
-    for s in samples:
-        if s.v:
-            out[s.endpoint].append(s)
-    return out
-
-
-def _png(fig: Any) -> str:
-    """A figure as base64 PNG (closed afterwards)."""
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, format="png", dpi=100)
-    finally:
-        plt.close(fig)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def _identity_rows(ident: Any) -> list[tuple[Cell, ...]]:
