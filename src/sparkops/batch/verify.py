@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from sparkops.errors import UserError
-from sparkops.jobdir.digest import Verification, verify
 from sparkops.jobdir.folder import load_manifest
+from sparkops.jobdir.verification import Verification, verify
 
 EXIT_STATUSES = """\
 exit status:

@@ -39,7 +39,7 @@ from sparkops.compare.stats import (
 )
 from sparkops.console import stdout_console
 from sparkops.errors import UserError
-from sparkops.jobdir import digest
+from sparkops.jobdir import verification
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -159,9 +159,9 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def edited(*runs: RunDecisions) -> list[str]:
     """A warning per run whose job folder does not verify: its results were changed after
-    its runs wrote them (jobdir/digest.py; a folder without seals says nothing)."""
+    its runs wrote them (jobdir/verification.py; a folder without seals says nothing)."""
     folders = dict.fromkeys(run.path.parent for run in runs)
-    return [said for folder in folders if (said := digest.warning(folder)) is not None]
+    return [said for folder in folders if (said := verification.warning(folder)) is not None]
 
 
 def checked_gold(

@@ -18,6 +18,7 @@ from sparkops.jobdir.folder import Manifest
 from sparkops.jobdir.reader import JobFolder
 from sparkops.jobdir.serving_lines import OtherModel, ServingChange, ServingStart
 from sparkops.jobdir.status import error_causes
+from sparkops.jobdir.verification import Verification, verify
 from sparkops.privacy import is_secret_name
 
 TODO = "TO COMPLETE"
@@ -122,7 +123,7 @@ class JobFacts:
     runs: tuple[RunSpan, ...]
     served: Served | None
     flow: Flow
-    verification: digest.Verification
+    verification: Verification
     results_sha256: str | None  # results.jsonl as it is now
     steps_seen: tuple[str, ...] = field(default_factory=tuple)
 
@@ -138,7 +139,7 @@ class JobFacts:
             read_runs(folder),
             read_served(folder),
             flow,
-            digest.verify(directory),
+            verify(directory),
             digest.digest_file(results).sha256 if digest.readable(results) else None,
             steps,
         )

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sparkops.jobdir import digest
+from sparkops.jobdir import verification
 from sparkops.methods.document import add_methods_options, methods_from_args
 from sparkops.report.html import write_html
 from sparkops.report.render import markdown, report_json, write_report
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    if (edited := digest.warning(args.dir)) is not None:  # results changed since written
+    if (edited := verification.warning(args.dir)) is not None:  # results changed since written
         print(f"sparkops: warning: {edited}", file=sys.stderr)
     if (methods := methods_from_args(args)) is not None:  # DIR/methods.md (methods/)
         print(methods)
