@@ -148,6 +148,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.send_error(404)
     def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        if self.path.endswith("/completions") and body.get("max_tokens") == 1:
+            # the check request (the job unit's wait for serving, the client's own check)
+            answer = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant",
+                                 "content": "OK"}, "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+            return
         if self.path.endswith("/completions"):
             time.sleep(900)
         self.send_error(404)
@@ -159,8 +170,8 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
     installed: Converged,
 ) -> None:
     host = installed.host
-    # An endpoint that serves the sample's model but never answers a completion keeps the
-    # job running (past the client's bounded /v1/models check) long enough to look at it.
+    # An endpoint that serves the sample's model and answers the check request but never a
+    # record's completion keeps the job running long enough to look at it.
     host.exec(
         ["systemd-run", "--unit=silent-endpoint", "python3", "-c", SILENT_ENDPOINT], check=True
     )
@@ -212,8 +223,8 @@ def test_batch_yml_runs_the_installed_kit_as_the_job_user_with_the_key_kept_priv
         again = run_batch_playbook(installed, extra)
         assert again.rc == 0 and again.changed_on(host.name) == 0, again.stdout[-3000:]
         assert _main_pid(host, unit) == pid
-        # Stopped (SIGTERM: the client exits 143 and the unit is left failed), the same line
-        # starts it again: the job resumes under its name.
+        # Stopped (SIGTERM: the client exits 143, a deliberate stop: the unit is left inactive,
+        # not restarted), the same line starts it again: the job resumes under its name.
         host.exec(["systemctl", "stop", unit])
         resumed = run_batch_playbook(installed, extra)
         assert resumed.rc == 0, resumed.stdout[-3000:]
@@ -347,6 +358,10 @@ def test_batch_yml_fails_with_the_job_s_own_message_when_the_job_dies_at_start(
     host.exec(["runuser", "-u", JOB_USER, "--", "mkdir", "-p", job], check=True)
     host.exec(["cp", f"{samples}/stroke-triage.yaml", f"{job}/pipeline.yaml"], check=True)
     host.exec(["chown", "-R", JOB_USER, job], check=True)
+    # A serving stack that answers: the job's unit waits for one before the client starts.
+    host.exec(
+        ["systemd-run", "--unit=silent-endpoint-2", "python3", "-c", SILENT_ENDPOINT], check=True
+    )
     extra = {
         "sparkops_batch_name": "no-prompts",
         "sparkops_batch_pipeline": f"{job}/pipeline.yaml",
@@ -357,6 +372,7 @@ def test_batch_yml_fails_with_the_job_s_own_message_when_the_job_dies_at_start(
     try:
         died = run_batch_playbook(installed, extra)
     finally:
+        host.exec(["systemctl", "stop", "silent-endpoint-2.service"])
         host.exec(["systemctl", "reset-failed", "sparkops-batch-no-prompts.service"])
     text = " ".join(died.stdout.split())
     assert died.rc != 0, died.stdout[-3000:]

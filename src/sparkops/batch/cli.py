@@ -18,6 +18,8 @@ from sparkops.cli import command_family
 from sparkops.errors import JobStopped, UserError
 from sparkops.files import open_private
 from sparkops.jobdir.status import job_status, status_line
+from sparkops.jobunit.cli import register as register_unit_commands
+from sparkops.jobunit.cli import unit_json, unit_sentence
 from sparkops.pipeline import table
 from sparkops.pipeline.spec import load_pipeline
 from sparkops.privacy import redact
@@ -57,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     register_serve(sub)  # `sparkops batch serve`: OpenAI's Batch API (batch/api/)
     register_verify(sub)  # `sparkops batch verify`: the job's files against their seals
     register_metrics(sub)  # `sparkops batch metrics`: the job's Prometheus metrics (exporter.py)
+    register_unit_commands(sub)  # wait-ready, notify, units: the job's systemd unit (jobunit/)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -110,8 +113,8 @@ def _run_job(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     st = job_status(args.dir)
-    if args.json:
-        print(json.dumps(st.as_dict(), indent=2))
+    if args.json:  # "unit": the job's systemd unit where batch.yml installed one (jobunit/)
+        print(json.dumps({**st.as_dict(), "unit": unit_json(args.dir)}, indent=2))
     else:
-        print(status_line(args.dir, st))
+        print(status_line(args.dir, st) + unit_sentence(args.dir))
     return 0
