@@ -363,10 +363,10 @@ def test_a_crash_is_one_line_and_the_traceback_goes_to_a_private_log(job, fault_
     boom = (
         "import sys, sparkops.batch.engine as e\n"
         "orig = e.Engine._advance\n"
-        "def advance(self, state, result):\n"
+        "def advance(self, state, *rest):\n"
         "    if state.record.id == 'r25':\n"
         "        raise RuntimeError('bug')\n"
-        "    return orig(self, state, result)\n"
+        "    return orig(self, state, *rest)\n"
         "e.Engine._advance = advance\n"
         "from sparkops.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
