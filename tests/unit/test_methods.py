@@ -141,6 +141,10 @@ def test_methods_md_holds_every_item_traced_to_its_file(jobs):
         "sha256:abc123)",
         "serving.jsonl (the first run's start line)",
     )
+    assert rows["Outcome"] == (
+        "the pipeline's final decision per record: no, unclear, yes",
+        "the pipeline (see Prompting)",
+    )
     assert rows["Quantisation"][0] == "fp8"
     assert rows["KV-cache dtype"][0] == identity["cache.cache_dtype"]
     settings = rows["Serving settings (the server's command)"]
@@ -308,3 +312,12 @@ def test_compare_methods_adds_the_comparison_with_intervals_and_verdicts(jobs, t
         "--methods"
     )
     assert not (tmp_path / "x.md").exists()
+
+
+def test_the_outcome_is_every_label_a_record_can_end_with():
+    from sparkops.methods.document import final_labels
+    from sparkops.pipeline.spec import load_pipeline
+    from sparkops.samples import DEMO_PIPELINE
+
+    # screen "no" and detail "mimic" end a record as surely as the confirm step's answers
+    assert final_labels(load_pipeline(DEMO_PIPELINE)) == {"mimic", "no", "unclear", "yes"}

@@ -14,7 +14,6 @@ a copy; a methods.md the kit did not write (no header line) is never overwritten
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from sparkops.errors import UserError
 from sparkops.files import write_atomic
 from sparkops.methods.facts import TODO, Fact, JobFacts, Served, todo, when
 from sparkops.methods.pipeline import checked_pipeline, folder_only_facts, pipeline_facts
-from sparkops.pipeline.spec import PipelineSpec
+from sparkops.pipeline.spec import STOP, PipelineSpec
 
 METHODS = "methods.md"
 HEADER = (
@@ -68,8 +67,7 @@ def data_section(facts: JobFacts) -> Section:
 
 def outcome_section(facts: JobFacts, spec: PipelineSpec | None) -> Section:
     if spec is not None:
-        last = [s for s in spec.steps if not s.next or set(s.next.values()) == {"stop"}]
-        labels = sorted({label for step in last for label in step.labels})
+        labels = sorted(final_labels(spec))
         outcome = Fact(
             "Outcome",
             f"the pipeline's final decision per record: {', '.join(labels)}",
@@ -93,6 +91,19 @@ def outcome_section(facts: JobFacts, spec: PipelineSpec | None) -> Section:
             ),
         ),
     )
+
+
+def final_labels(spec: PipelineSpec) -> set[str]:
+    """Every label a record can end with: routed to stop, or given by the last step without
+    routes (a step without `next` falls through to the following one)."""
+    ends = set()
+    for index, step in enumerate(spec.steps):
+        if step.next is None:
+            if index == len(spec.steps) - 1:
+                ends.update(step.labels)
+            continue
+        ends.update(label for label, target in step.next.items() if target == STOP)
+    return ends
 
 
 def model_section(served: Served | None) -> Section:
@@ -462,31 +473,3 @@ def differing(a: list[Section], b: list[Section]) -> list[tuple[str, Fact, Fact]
             if other is not None and other.value != fact.value and not fact.todo:
                 out.append((left.title, fact, other))
     return out
-
-
-def add_methods_options(parser: argparse.ArgumentParser) -> None:
-    """`--methods` and `--pipeline` for `sparkops report`."""
-    parser.add_argument(
-        "--methods",
-        action="store_true",
-        help="write DIR/methods.md instead: the methods section a paper can take, from the job "
-        "folder alone (TRIPOD-LLM's order; marked places for what the kit cannot know), and "
-        "print its path",
-    )
-    parser.add_argument(
-        "--pipeline",
-        type=Path,
-        metavar="P.yaml",
-        help="with --methods: the job's pipeline, for each step's prompts (sha256), answers, "
-        "sampling and routing; refused unless its fingerprint is the job's (manifest.json)",
-    )
-
-
-def methods_from_args(args: argparse.Namespace) -> Path | None:
-    """`report DIR --methods [--pipeline P.yaml]`: the methods.md written (None without
-    --methods; --pipeline alone is refused, as it would do nothing)."""
-    if not args.methods:
-        if args.pipeline is not None:
-            raise UserError("--pipeline fills the methods section: pass --methods with it")
-        return None
-    return write_job_methods(args.dir, args.pipeline)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from sparkops.jobdir import verification
-from sparkops.methods.document import add_methods_options, methods_from_args
+from sparkops.methods.cli import add_methods_options, methods_from_args
 from sparkops.report.html import write_html
 from sparkops.report.render import markdown, report_json, write_report
 
