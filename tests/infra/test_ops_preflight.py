@@ -40,6 +40,9 @@ ALL_CHECKS = {
     "kv_cache_headroom",
     "xxhash_importable",
     "output_disk_space",
+    "gpu_driver_errors",
+    "memory_fragmentation",
+    "host_uptime",
 }
 
 
@@ -169,6 +172,9 @@ def check_preflight(tmp_path: Path, host, url: str) -> None:
         "sparkops_preflight_load_tokens": 16,
         "sparkops_preflight_load_sample_after_s": 1,
         "sparkops_preflight_output_dir": "/var/lib/sparkops/jobs",
+        # The host's own checks read this machine's memory and kernel (the container cannot
+        # read the kernel log: a warning); tests/infra/test_preflight_host.py judges them.
+        "sparkops_preflight_min_high_order_gib": 0,
     }
 
     # The deploy's stack record, its vLLM command running at most 128 sequences at a time.
@@ -192,7 +198,8 @@ def check_preflight(tmp_path: Path, host, url: str) -> None:
     assert rc == 0, out[-3000:]
     assert summary["ok"] is True
     assert {c["name"] for c in summary["checks"]} == ALL_CHECKS
-    assert all(c["ok"] and c["fix"] == "" for c in summary["checks"]), summary
+    passed = [c for c in summary["checks"] if not c["warning"]]
+    assert all(c["ok"] and c["fix"] == "" for c in passed), summary
     by_name = {c["name"]: c for c in summary["checks"]}
     assert by_name["gpu_power_state"]["detail"] == "2405 MHz, 90 W, 96% busy under load"
     assert by_name["prefix_caching_hash_algo"]["detail"] == "server reports xxhash"
@@ -215,7 +222,7 @@ def check_preflight(tmp_path: Path, host, url: str) -> None:
     )
     assert rc != 0
     assert summary["ok"] is False
-    failed = {c["name"]: c for c in summary["checks"] if not c["ok"]}
+    failed = {c["name"]: c for c in summary["checks"] if not c["ok"] and not c["warning"]}
     assert set(failed) == {
         "page_cache_dropped",
         "gpu_power_state",

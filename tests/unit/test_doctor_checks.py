@@ -41,7 +41,14 @@ ALL = [
     "kv_cache_headroom",
     "xxhash_importable",
     "output_disk_space",
+    "gpu_driver_errors",
+    "memory_fragmentation",
+    "host_uptime",
 ]
+
+
+# The host's own checks (issue 39), which a dead server does not touch.
+HOST = {"gpu_driver_errors", "memory_fragmentation", "host_uptime"}
 
 
 def load_filter(name: str):
@@ -84,6 +91,10 @@ def healthy_facts() -> dict:
         "xxhash": {"rc": 0, "stdout": "3.5.0\n", "stderr": ""},
         "disk": {"rc": 0, "stdout": str(500 << 30)},
         "ready": {"health": 200, "answered": True, "model": "gemma", "reply": "It works."},
+        "kernel_log": {"rc": 0, "stdout": "source=journalctl\n"},
+        "buddyinfo": "Node 0, zone   Normal   10   5   3   1   0   0   0   0   0   900   25000\n",
+        "uptime": "86400.00 170000.00\n",
+        "page_size": {"rc": 0, "stdout": "4096"},
     }
 
 
@@ -103,6 +114,7 @@ def playbook_defaults() -> dict:
 
 
 SETTINGS = playbook_defaults() | {
+    "wsl_autostart_script": "/opt/sparkops/windows/sparkops-wsl-autostart.cmd",
     "vllm_url": "http://127.0.0.1:8000",
     "vllm_container": "sparkops-vllm-1",
     "concurrency": "8",
@@ -146,7 +158,7 @@ def test_vllm_down_fails_its_checks_and_points_at_vllm_healthy():
     }
     found = by_name(preflight(facts, SETTINGS))
     passed = {name for name, c in found.items() if c["ok"]}
-    assert passed == {"page_cache_dropped", "memory_headroom", "output_disk_space"}
+    assert passed == {"page_cache_dropped", "memory_headroom", "output_disk_space"} | HOST
     assert found["vllm_healthy"]["detail"] == "no answer at http://127.0.0.1:8000/health"
     assert found["vllm_container"]["detail"] == "sparkops-vllm-1: container absent"
     assert found["vllm_container"]["fix"] == "deploy or restart the serving stack (restart.yml)"
@@ -234,6 +246,7 @@ def test_without_a_container_xxhash_is_judged_from_the_server():
         "ok": True,
         "detail": "the healthy server hashes with xxhash, so it imported it",
         "fix": "",
+        "warning": False,
     }
     sha = METRICS.replace('prefix_caching_hash_algo="xxhash"', 'prefix_caching_hash_algo="sha256"')
     found = by_name(preflight(facts | {"metrics": METRICS_FILTER(sha)}, settings))
@@ -371,7 +384,7 @@ def test_the_settings_defaults_are_written_once_in_preflight_yml():
     assert PREFLIGHT_VARS["sparkops_preflight_concurrency"] == (
         "{{ vllm_serving_concurrency | default('', true) }}"
     )
-    assert len(playbook_defaults()) == 8  # the literals once written twice
+    assert len(playbook_defaults()) == 12  # the literals once written twice, issue 39's four
 
 
 def test_the_play_hands_the_filter_every_setting():

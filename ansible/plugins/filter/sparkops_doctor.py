@@ -24,6 +24,7 @@ if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 try:
     from sparkops.doctor.preflight import Settings, SettingsError, preflight
+    from sparkops.doctor.windows import autostart_script
     from sparkops.vocabulary import capacity, capacity_warning
 except ImportError as exc:  # pragma: no cover - depends on the controller's environment
     raise AnsibleFilterError(
@@ -62,9 +63,19 @@ def sparkops_capacity_warning(stack_record_text, concurrency=None) -> str:
     return capacity_warning(capacity(stack if isinstance(stack, dict) else None, planned, 1)) or ""
 
 
+def sparkops_wsl_autostart_script(distribution) -> str:
+    """The one-time Windows script registering the log-on task that starts WSL2
+    (sparkops.doctor.windows.autostart_script); a name that is no distribution's is refused."""
+    try:
+        return autostart_script(str(distribution))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     def filters(self):
         return {
             "sparkops_preflight": sparkops_preflight,
             "sparkops_capacity_warning": sparkops_capacity_warning,
+            "sparkops_wsl_autostart_script": sparkops_wsl_autostart_script,
         }

@@ -33,12 +33,16 @@ CURE = (
 
 @dataclass(frozen=True)
 class Check:
-    """One verdict: what was checked, whether it passed, what was seen, what to do about it."""
+    """One verdict: what was checked, whether it passed, what was seen, what to do about it.
+
+    A `warning` that did not pass is said with its fix but fails no preflight (an uptime past
+    a week, a Windows sleep timer: the job may still run)."""
 
     name: str
     ok: bool
     detail: str
     fix: str = ""
+    warning: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,6 +51,11 @@ class Check:
 def _check(name: str, ok: bool, detail: str, fix: str) -> Check:
     """A Check whose fix is empty when it passed (a fix is advice for failures only)."""
     return Check(name, ok, detail, "" if ok else fix)
+
+
+def warn_or_pass(name: str, ok: bool, detail: str, fix: str) -> Check:
+    """A Check that warns (with its fix) when it did not pass, and fails nothing."""
+    return Check(name, ok, detail, "" if ok else fix, warning=not ok)
 
 
 def docker_probe_fix(error: str) -> str:
@@ -287,6 +296,7 @@ def output_disk_space(free_bytes: int, path: str, min_gib: float) -> Check:
 
 
 def summarise(checks: Iterable[Check]) -> dict[str, Any]:
-    """{"ok": every check passed, "checks": [...]}: the JSON preflight prints and writes."""
+    """{"ok": every check passed or only warns, "checks": [...]}: the JSON preflight prints
+    and writes."""
     listed = [check.as_dict() for check in checks]
-    return {"ok": all(check["ok"] for check in listed), "checks": listed}
+    return {"ok": all(check["ok"] or check["warning"] for check in listed), "checks": listed}

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sparkops.doctor import checks
+from sparkops.doctor import checks, host, windows
 from sparkops.doctor.checks import Check
+from sparkops.plan.guard import host_kind
 from sparkops.vocabulary import DEFAULT_CONCURRENCY
 
 
@@ -46,6 +47,13 @@ class Settings(BaseModel):
     max_kv_usage: float
     output_dir: str
     min_free_disk_gib: float
+    # the host itself before a day-long job (doctor/host.py)
+    max_uptime_days: float
+    fragmentation_block_mib: float
+    min_high_order_gib: float
+    # the laptop's Windows side through WSL2 interop (doctor/windows.py): "auto" on WSL2 only
+    windows: Literal["auto"] | bool
+    wsl_autostart_script: str
 
 
 class SettingsError(ValueError):
@@ -156,7 +164,59 @@ def run_checks(facts: Mapping[str, Any], settings: Settings) -> list[Check]:
             int(_text(disk, "stdout") or 0), settings.output_dir, settings.min_free_disk_gib
         )
     )
+    found += host_checks(facts, settings)
+    if windows_side(settings.windows, str(facts.get("kernel") or "")):
+        found += windows_checks(facts.get("windows") or {}, settings)
     return found
+
+
+def kernel_log(result: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    """(source, NVRM lines, why unreadable) from the playbook's kernel-log task, whose first
+    line is `source=journalctl`, `source=dmesg` or `source=none` (then the reason)."""
+    first, _, rest = _text(result, "stdout").partition("\n")
+    source = first.removeprefix("source=").strip()
+    if source in ("journalctl", "dmesg"):
+        return source, rest, ""
+    return "", "", rest.strip() or _text(result, "stderr") or _text(result, "msg")
+
+
+def host_checks(facts: Mapping[str, Any], settings: Settings) -> list[Check]:
+    """The GPU driver's errors since boot, fragmentation, uptime (doctor/host.py)."""
+    source, log, why = kernel_log(facts.get("kernel_log"))
+    try:
+        page_size = int(_text(facts.get("page_size"), "stdout") or 0)
+    except ValueError:
+        page_size = 0
+    return [
+        host.gpu_driver_errors(source, log, why),
+        host.memory_fragmentation(
+            str(facts.get("buddyinfo") or ""),
+            page_size,
+            settings.fragmentation_block_mib,
+            settings.min_high_order_gib,
+        ),
+        host.host_uptime(str(facts.get("uptime") or ""), settings.max_uptime_days),
+    ]
+
+
+def windows_side(setting: str | bool, kernel: str) -> bool:
+    """Whether to read the Windows side: on WSL2 ("auto"), or as the setting says."""
+    return setting is True or (setting == "auto" and host_kind(kernel) == "wsl2")
+
+
+def windows_checks(found: Mapping[str, Any], settings: Settings) -> list[Check]:
+    """Sleep timers, a pending restart, the autostart task (doctor/windows.py)."""
+    interop = bool(found.get("interop"))
+    powercfg = found.get("powercfg") or {}
+    return [
+        windows.windows_sleep(
+            interop, _text(powercfg, "stdout"), _rc(powercfg), _text(powercfg, "msg")
+        ),
+        windows.windows_restart_pending(
+            interop, _rc(found.get("reboot_update")), _rc(found.get("reboot_servicing"))
+        ),
+        windows.wsl_autostart(interop, _rc(found.get("task")), settings.wsl_autostart_script),
+    ]
 
 
 def preflight(facts: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
