@@ -157,7 +157,9 @@ def received(host: Host) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def test_a_job_comes_back_after_a_power_cycle_and_a_finished_job_stays_finished(bed) -> None:
+def test_a_job_comes_back_after_a_power_cycle_and_a_finished_job_stays_finished(
+    bed, tmp_path: Path
+) -> None:
     host = bed.host
     name, unit = "weekend", "sparkops-batch-weekend.service"
     out = f"/home/{JOB_USER}/{name}"
@@ -165,6 +167,9 @@ def test_a_job_comes_back_after_a_power_cycle_and_a_finished_job_stays_finished(
     set_mode(host, "budget 40")
     extra = job_vars(
         name,
+        # the held calls wait for the power cycle, however long a loaded machine takes to
+        # get there: the client's stall rule (exit 1, restart) is the other test's business
+        sparkops_batch_extra_args=["--stall-after", "3600"],
         sparkops_batch_api_key=SECRET,
         sparkops_batch_notify_url=f"http://127.0.0.1:{RECEIVER_PORT}/hook?token={NOTIFY_TOKEN}",
     )
@@ -218,6 +223,16 @@ def test_a_job_comes_back_after_a_power_cycle_and_a_finished_job_stays_finished(
     time.sleep(5)  # a unit the boot would start begins within seconds; none must
     assert show(host, unit)["ActiveState"] == "inactive"
     assert status_json(host, out)["runs"] == 2
+
+    # status.yml shows the job's unit and progress from the controller.
+    shown = run_playbook(
+        "status.yml", bed.inventory, extra_vars={"sparkops_status_dir": str(tmp_path)}
+    )
+    assert shown.rc == 0, shown.stdout[-3000:]
+    jobs = {j["name"]: j for j in json.loads((tmp_path / f"{host.name}.json").read_text())["jobs"]}
+    # after the boot systemd no longer knows the exit: the job folder says it finished
+    assert jobs[name]["state"]["why"].startswith(f"unit {unit}: finished (the job folder"), jobs
+    assert (jobs[name]["job"]["done"], jobs[name]["out"]) == (TOTAL, out)
 
     bodies = received(host)
     finished = [b for b in bodies if b["event"] == "finished"]

@@ -51,6 +51,13 @@ def test_each_state_and_last_stop_in_one_sentence() -> None:
     assert stopped.endswith("stopped: exit 143 (stopped by SIGTERM: systemctl stop or a shutdown)")
     fresh = state("inactive", "dead").as_dict()
     assert fresh["why"] == f"unit {UNIT}: inactive (dead)" and fresh["last_exit"] == ""
+    # after a boot systemd has forgotten the exit; the job folder says how it ended
+    show = parse_show("ActiveState=inactive\nSubState=dead\nExecMainCode=0\n")
+    done = unit_state(UNIT, show, folder="done").why()
+    assert done.startswith(f"unit {UNIT}: finished (the job folder says so")
+    errors = unit_state(UNIT, show, folder="errors").why()
+    assert "finished with record errors (the job folder says so)" in errors
+    assert "--retry-errors" in errors
 
 
 def test_the_unit_of_a_job_folder_is_found_from_the_unit_files(tmp_path: Path) -> None:

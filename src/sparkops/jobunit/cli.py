@@ -17,7 +17,14 @@ from typing import Any
 from sparkops.errors import UserError
 from sparkops.jobdir.status import job_status
 from sparkops.jobunit import notify as notify_mod
-from sparkops.jobunit.state import job_units, read_unit_state, show_unit, unit_state
+from sparkops.jobunit.state import (
+    folder_verdict,
+    job_units,
+    last_stop_kind,
+    read_unit_state,
+    show_unit,
+    unit_state,
+)
 from sparkops.jobunit.wait import wait_ready
 from sparkops.privacy import redact
 
@@ -110,7 +117,8 @@ def job_unit_rows() -> list[dict[str, Any]]:
     rows = []
     for job in job_units():
         show = show_unit(job.unit)
-        state = unit_state(job.unit, show) if show is not None else None
+        kind, folder = last_stop_kind(job.out), folder_verdict(job.out)
+        state = unit_state(job.unit, show, kind, folder) if show is not None else None
         try:
             counts: dict[str, Any] | None = job_status(job.out).as_dict()
         except (UserError, OSError) as err:

@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkops.errors import UserError
 from sparkops.jobdir import lines
 from sparkops.jobdir.folder import RUNS
+from sparkops.jobdir.status import job_status
 from sparkops.jobunit.unit import (
     EXIT_CONFIG,
     EXIT_DONE,
@@ -80,6 +82,9 @@ class UnitState:
     exit_status: int
     enabled: str  # UnitFileState
     stopped_kind: str | None = None  # runs.jsonl's last end line: "stalled", "no-answer", ...
+    # the job folder's verdict where systemd no longer knows the last exit (after a boot):
+    # "done", "errors" (finished with record errors) or None (unfinished, or unread)
+    folder: str | None = None
 
     @property
     def state(self) -> str:
@@ -126,6 +131,10 @@ class UnitState:
             said = f"finished with record errors; {RETRY_ERRORS}"
         elif self.exit_code == CLD_EXITED and self.exit_status == EXIT_DONE:
             said = "finished"
+        elif self.exit_code == 0 and self.folder == "done":
+            said = "finished (the job folder says so; systemd forgot the exit at the boot)"
+        elif self.exit_code == 0 and self.folder == "errors":
+            said = f"finished with record errors (the job folder says so); {RETRY_ERRORS}"
         elif last:
             said = f"stopped: {last}"
         else:
@@ -138,7 +147,9 @@ class UnitState:
         return {**asdict(self), "state": self.state, "last_exit": self.last_exit, "why": self.why()}
 
 
-def unit_state(unit: str, show: dict[str, str], stopped_kind: str | None = None) -> UnitState:
+def unit_state(
+    unit: str, show: dict[str, str], stopped_kind: str | None = None, folder: str | None = None
+) -> UnitState:
     """A UnitState from `systemctl show`'s properties (parse_show)."""
     return UnitState(
         unit=unit,
@@ -150,17 +161,32 @@ def unit_state(unit: str, show: dict[str, str], stopped_kind: str | None = None)
         exit_status=_int(show.get("ExecMainStatus")),
         enabled=show.get("UnitFileState", ""),
         stopped_kind=stopped_kind,
+        folder=folder,
     )
+
+
+def folder_verdict(job_dir: Path) -> str | None:
+    """ "done", "errors" (finished with record errors) or None, from the job folder alone."""
+    try:
+        st = job_status(job_dir)
+    except (UserError, OSError):
+        return None
+    if not st.complete or st.empty_input:
+        return None
+    return "errors" if st.errors else "done"
 
 
 def last_stop_kind(job_dir: Path) -> str | None:
     """Why the client's last run stopped early, from runs.jsonl ("stalled", "no-answer", ...;
     None when it did not stop early, or never ended)."""
     kind = None
-    for event in lines.run_events(job_dir / RUNS):
-        if event.event == "end":
-            value = event.extra.get("stopped")
-            kind = str(value) if value is not None else None
+    try:
+        for event in lines.run_events(job_dir / RUNS):
+            if event.event == "end":
+                value = event.extra.get("stopped")
+                kind = str(value) if value is not None else None
+    except OSError:  # a folder this user cannot read
+        return None
     return kind
 
 
@@ -218,4 +244,4 @@ def read_unit_state(job_dir: Path, unit_dir: Path = Path(UNIT_DIR)) -> UnitState
     show = show_unit(job.unit)
     if show is None:
         return None
-    return unit_state(job.unit, show, last_stop_kind(job_dir))
+    return unit_state(job.unit, show, last_stop_kind(job_dir), folder_verdict(job_dir))
