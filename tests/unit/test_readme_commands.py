@@ -169,6 +169,7 @@ def test_day_one_walks_in_order_with_ssh_sudo_and_the_laptop() -> None:
         "Deploy",
         "Preflight",
         "First job",
+        "Leaving a job for the weekend",
     ]
     readme = README.read_text()
     for text in (readme, day_one):
