@@ -280,7 +280,9 @@ def test_a_proxy_that_blanks_every_answer_fails_no_record(job, fault_server, rew
     proxy.rewrite = rewrite_content(None)
     proc = sparkops(*batch_run(job, proxy.openai_url, extra=("--retry-for", "2")), limit=40)
     assert proc.returncode == 1, proc.stderr
-    (line,) = error_lines(proc.stderr)
+    # the structured-output probe's answer is blanked too: it cannot tell, and says so
+    probe, line = error_lines(proc.stderr)
+    assert "gave no answer that tells whether it holds" in probe
     assert "no endpoint has answered" in line and "has no text" in line
     assert rows(job) == []
     proxy.rewrite = None

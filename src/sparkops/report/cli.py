@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from sparkops.errors import UserError
 from sparkops.jobdir import verification
+from sparkops.jobdir.folder import load_manifest
 from sparkops.methods.cli import add_methods_options, methods_from_args
 from sparkops.report.html import write_html
 from sparkops.report.render import markdown, report_json, write_report
@@ -33,8 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    if (edited := verification.warning(args.dir)) is not None:  # results changed since written
-        print(f"sparkops: warning: {edited}", file=sys.stderr)
+    _warn_if_edited(args.dir)
     if (methods := methods_from_args(args)) is not None:  # DIR/methods.md (methods/)
         print(methods)
         return 0
@@ -47,3 +48,15 @@ def _report(args: argparse.Namespace) -> int:
     else:
         print(markdown(report, args.dir.name), end="")
     return 0
+
+
+def _warn_if_edited(directory: Path) -> None:
+    """Say when the job folder's results changed since they were written (jobdir/
+    verification.py); not for a folder whose manifest cannot be read, which the command
+    refuses next in its own one line (a sweep folder, a corrupt manifest)."""
+    try:
+        load_manifest(directory)
+    except UserError:
+        return
+    if (edited := verification.warning(directory)) is not None:
+        print(f"sparkops: warning: {edited}", file=sys.stderr)
