@@ -214,29 +214,6 @@ def test_the_client_suspended_longer_than_stall_after_is_no_stalled_server(job, 
     assert not [e for e in events if e.get("event") == "stalled"]
 
 
-def test_a_client_paused_past_its_deadlines_records_no_false_failure(job, fault_server):
-    """Issue 37 item 6: the client stopped (SIGSTOP) longer than --retry-for and
-    --request-timeout with a hundred calls in flight. On SIGCONT their timeouts fire before
-    the watchdog ticks; the pause is the client's, not the server's: every call is sent
-    again, no record ends as "gave up after 1 attempts", and the job completes."""
-    ids = write_records(job["input"], 400)
-    fault_server.default = slow(0.05)
-    fault_server.check_action = ok()
-    extra = ("--retry-for", "3", "--request-timeout", "2", "--concurrency", "100")
-    t0 = time.monotonic()
-    proc = start(*batch_run(job, fault_server.openai_url, extra=extra))
-    _wait_rows(job, 20)
-    fault_server.default = slow(1.0)
-    time.sleep(0.5)  # the in-flight set is now a hundred slow calls
-    os.kill(proc.pid, signal.SIGSTOP)
-    time.sleep(8)  # past --retry-for and --request-timeout
-    os.kill(proc.pid, signal.SIGCONT)
-    code, _, stderr = finish(proc, t0, 120)
-    assert code == 0, stderr
-    assert error_lines(stderr) == []
-    assert all(r["status"] == "done" for r in assert_exactly_once(job, ids).values())
-
-
 def test_answers_from_a_fallback_model_are_recorded_and_said(job, fault_server, rewriting_proxy):
     ids = write_records(job["input"], 30)
     proxy = rewriting_proxy(fault_server.url)
@@ -266,7 +243,7 @@ def test_strict_serving_stops_on_a_fallback_model(job, fault_server, rewriting_p
     # the other model is in the results
     assert {s["model"] for r in kept for s in r["steps"]} <= {"tiny"}, kept
     proxy.rewrite = None  # the router is fixed: the resume sends every unfinished record
-    again = sparkops(*batch_run(job, proxy.openai_url, extra=("--strict-serving",)), limit=30)
+    again = sparkops(*batch_run(job, proxy.openai_url, extra=("--strict-serving",)), limit=90)
     assert again.returncode == 0, again.stderr
     by_id = assert_exactly_once(job, ids)
     assert {s["model"] for r in by_id.values() for s in r["steps"]} == {"tiny"}
