@@ -105,11 +105,16 @@ def write_atomic(
         fsync_dir(path.parent)
 
 
-def write_figure(path: Path, figure: Any, **savefig: Any) -> None:
-    """A matplotlib figure as PNG, through `write_atomic` (savefig alone would create 0644)."""
+def figure_png(figure: Any, **savefig: Any) -> bytes:
+    """A matplotlib figure as PNG bytes, in memory (the one place a figure is saved)."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", **savefig)
-    write_atomic(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def write_figure(path: Path, figure: Any, **savefig: Any) -> None:
+    """A matplotlib figure as PNG, through `write_atomic` (savefig alone would create 0644)."""
+    write_atomic(path, figure_png(figure, **savefig))
 
 
 def fsync_dir(directory: Path) -> None:

@@ -472,6 +472,13 @@ class FaultServer(ThreadedServer):
         hold a job mid-way, do something to it, and let it finish."""
         self._call(self._release_held())
 
+    def hold_again(self) -> None:
+        """After `release()`: `hang()` holds its requests again (a test holding a second run)."""
+        self._call(self._hold_again())
+
+    async def _hold_again(self) -> None:
+        self._released = False
+
     async def _release_held(self) -> None:
         # In the server's loop, as hang() itself: no request can slip between the flag and
         # the events set here.

@@ -120,7 +120,8 @@ def test_a_resume_and_a_killed_run_are_no_edit(job, fault_server):
     out = job["out"]
     assert verify(out).returncode == 0
     # run 2 is killed (no end line, no seal) after more records: appended by a run, not an edit
-    fault_server.release()
+    fault_server.release()  # run 1's held call
+    fault_server.hold_again()  # run 2 is held at r21 whatever the machine's pace
     proc, started = held_run(job, fault_server, keep=20)
     proc.kill()
     proc.communicate()

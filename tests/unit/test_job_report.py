@@ -59,7 +59,8 @@ def test_report_json_is_written_from_the_record_and_reads_back_into_it(kind, tmp
 
 def test_the_report_command_prints_report_json_as_written(tmp_path, capsys):
     directory = job(tmp_path, "pipeline")
-    assert _report(argparse.Namespace(dir=directory, json=True)) == 0
+    args = argparse.Namespace(dir=directory, json=True, html=False, methods=False, pipeline=None)
+    assert _report(args) == 0
     assert capsys.readouterr().out == (directory / "report.json").read_text()
 
 

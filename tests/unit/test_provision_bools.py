@@ -72,9 +72,11 @@ def unconverted(template: str, names: set[str]) -> list[str]:
 
 
 def role_templates(role: Path) -> Iterator[tuple[Path, str]]:
-    """(file, template) for every Jinja template a role evaluates."""
+    """(file, template) for every Jinja template a role evaluates (not `files/`, which a
+    role copies as they are: Prometheus' rules hold Go templates, `{{ $labels.x }}`)."""
     for path in sorted(role.rglob("*")):
-        if not path.is_file() or "meta" in path.relative_to(role).parts:
+        parts = path.relative_to(role).parts
+        if not path.is_file() or "meta" in parts or parts[0] == "files":
             continue
         if path.suffix == ".j2":
             yield path, path.read_text()

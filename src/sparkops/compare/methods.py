@@ -20,6 +20,7 @@ from sparkops.compare.runs import RunDecisions
 from sparkops.compare.stats import Comparison
 from sparkops.errors import UserError
 from sparkops.jobdir.folder import MANIFEST
+from sparkops.jobdir.reader import JobFolder
 from sparkops.methods.document import (
     Section,
     differing,
@@ -50,7 +51,7 @@ def add_methods_option(parser: argparse.ArgumentParser) -> None:
 def job_folder(run: RunDecisions) -> Path:
     """The job folder a run's results.jsonl is in; refused when it is no job folder."""
     folder = run.path.parent
-    if not (folder / MANIFEST).is_file():
+    if not JobFolder.of(folder).files.manifest.is_file():
         raise UserError(
             f"--methods reads each run's job folder, but {folder} has no {MANIFEST}; pass the "
             "runs' --out folders (not copies of results.jsonl), or drop --methods"

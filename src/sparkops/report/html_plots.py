@@ -7,11 +7,11 @@ and KV cache use, from timeline.jsonl) and each step's hit rate over time agains
 from __future__ import annotations
 
 import base64
-import io
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sparkops.files import figure_png
 from sparkops.jobdir import lines
 from sparkops.metrics.timeline import TimelineSample
 
@@ -119,9 +119,8 @@ def png(fig: Any) -> str:
     """A figure as base64 PNG (closed afterwards)."""
     import matplotlib.pyplot as plt
 
-    buffer = io.BytesIO()
     try:
-        fig.savefig(buffer, format="png", dpi=100)
+        data = figure_png(fig, dpi=100)
     finally:
         plt.close(fig)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    return base64.b64encode(data).decode("ascii")
