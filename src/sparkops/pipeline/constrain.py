@@ -163,6 +163,18 @@ def probe_body(model: str, mode: Mode) -> dict[str, Any]:
 REJECTED = (400, 422)
 
 
+def probe_tells(status: int, data: Any) -> bool:
+    """Whether a probe's answer can give a verdict: a refusal of the field, or an answer with
+    text (`probe_verdict` reads which)."""
+    if status in REJECTED:
+        return True
+    try:
+        text = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return False
+    return status == 200 and isinstance(text, str) and bool(text)
+
+
 def probe_verdict(mode: Mode, status: int, data: Any) -> str | None:
     """What is wrong with a probe's answer; None when the constraint held, or when the answer
     cannot tell (a 5xx, an answer without text: an outage or a filter, which the job's own
@@ -171,12 +183,9 @@ def probe_verdict(mode: Mode, status: int, data: Any) -> str | None:
         error = data.get("error") if isinstance(data, dict) else None
         message = error.get("message") if isinstance(error, dict) else error or data
         return f"rejected the structured-output constraint (HTTP {status}: {str(message)[:160]})"
-    try:
-        text = data["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
+    if not probe_tells(status, data):
         return None
-    if status != 200 or not isinstance(text, str) or not text:
-        return None
+    text = data["choices"][0]["message"]["content"]
     cut = data["choices"][0].get("finish_reason") == "length"
     held = text == PROBE_WORD if mode == "choice" else _json_probe_ok(text, cut)
     if held:
@@ -209,18 +218,6 @@ def _json_probe_ok(text: str, cut: bool) -> bool:
 # waiting PROBE_RETRY_S times the attempt between: one 503 must not switch the check off.
 PROBE_ATTEMPTS = 3
 PROBE_RETRY_S = 2.0
-
-
-def probe_tells(status: int, data: Any) -> bool:
-    """Whether a probe's answer can give a verdict: a refusal of the field, or an answer with
-    text (`probe_verdict` reads which)."""
-    if status in REJECTED:
-        return True
-    try:
-        text = data["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        return False
-    return status == 200 and isinstance(text, str) and bool(text)
 
 
 async def probe(client: ServerClient, base: str, model: str, mode: Mode) -> str | None:
