@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from sparkops.errors import UserError
+from sparkops.plan.guard import GB10_TOTAL_GB
 from sparkops.profiles import available_profiles, load_profile
 from sparkops.render import render_inventory
+from sparkops.units import GB, GIB
 from tests.plugins.inventories import TOPOLOGIES, make_inventory
 
 pytestmark = pytest.mark.integration
@@ -27,6 +29,13 @@ def test_compose_config_accepts_every_rendered_stack(tmp_path, monkeypatch, topo
             vllm_serving_model_dir=str(tmp_path / "models" / "tiny"), vllm_serving_gpus=False
         )
     inventory = make_inventory(tmp_path / "inv", topology, **extra)
+    too_big_for_one = load_profile(profile).weights_gib * GIB > GB10_TOTAL_GB * GB
+    if too_big_for_one and not topology.startswith("pipeline"):
+        # A model only a pipeline pair can hold is refused on one Spark, and nothing is written.
+        with pytest.raises(UserError, match=r"it cannot load\..*split it over two Sparks"):
+            render_inventory(inventory, tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+        return
     if profile == "cpu-tiny" and topology.startswith("pipeline"):
         # An eager vLLM-CPU worker fails every request with PP (profiles/checks.py): refused,
         # and the stack renders once the profile compiles.
