@@ -33,7 +33,7 @@ import yaml
 
 from tests.plugins.hosts import Host
 from tests.plugins.playbook import PlaybookRun, run_playbook
-from tests.plugins.provision import JOB_USER, prepare
+from tests.plugins.provision import EARLYOOM_DRY_RUN, JOB_USER, prepare
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
 
@@ -86,6 +86,7 @@ def write_inventory(directory: Path, hosts: list[Host]) -> Path:
         "spark_preflight_arch_mismatch": "warn",
         "host_tuning_job_users": [JOB_USER],
         "host_tuning_earlyoom_enabled": True,
+        "host_tuning_earlyoom_args": EARLYOOM_DRY_RUN,  # tests/plugins/provision.py says why
         "qsfp_network_interface": "eth0",
     }
     (group_vars / "test.yml").write_text(yaml.safe_dump(settings))

@@ -29,6 +29,7 @@ NVIDIA_REPO = "https://nvidia-repo.invalid/stable/deb"
 # Deliberate limits of a test host: Debian 12 has no compose v2 package, so
 # container_runtime_compose_required is false; x86_64 is not a Spark, so
 # spark_preflight_arch_mismatch is warn; the disk is a container's.
+EARLYOOM_DRY_RUN = "-m 2 -s 80 -r 3600 --avoid ^(init|systemd|sshd|dockerd|containerd)$ --dryrun"
 TEST_VARS: dict[str, Any] = {
     "sparkops_topology": "single",
     "spark_preflight_arch_mismatch": "warn",
@@ -37,6 +38,9 @@ TEST_VARS: dict[str, Any] = {
     "container_runtime_docker_users": [JOB_USER],
     "host_tuning_job_users": [JOB_USER],
     "host_tuning_earlyoom_enabled": True,
+    # A test host's earlyoom reads the whole test machine's memory: left to act, it killed
+    # processes in the host (the lock holder) while vLLM-CPU tests filled that memory.
+    "host_tuning_earlyoom_args": EARLYOOM_DRY_RUN,
     "container_runtime_nvidia_repo_url": NVIDIA_REPO,
     "container_runtime_nvidia_repo_key_url": "https://nvidia-repo.invalid/gpgkey",
 }
