@@ -69,6 +69,23 @@ def read_all(directory: Path) -> dict[str, Any]:
     )
 
 
+# The report's host section of a folder from before host.jsonl: only the restarts its
+# /metrics counters show (report/host.py).
+NO_HOST_READINGS = {
+    "host": None,
+    "readings": 0,
+    **dict.fromkeys(
+        ("mem_available_min", "mem_free_min", "high_order_free_first", "high_order_free_min"),
+        None,
+    ),
+    **dict.fromkeys(("high_order_free_last", "disk_free_min", "disk_free_last"), None),
+    "nvrm": None,
+    "container_restarts": None,
+    "server_restarts": {"http://127.0.0.1:8000": 1, "http://127.0.0.1:8001": 1},
+    "unknown": {},
+    "rows": [],
+}
+
 # Figures added to what the commands read since the expected files were written: the old
 # figures must read as they did; each new one is compared on its own, with what it reads from
 # the fixture (the OpenAI lines carry no finish time, so a sweep level of them has no window).
@@ -83,6 +100,8 @@ ADDED = {
             "usage_impossible_answers": 0,
             "usage_impossible_note": None,
             "other_model_answers": [],
+            # no host.jsonl then; the counters of both endpoints went back between the runs
+            "host": NO_HOST_READINGS,
         },
         "status": {
             "truncated": 0,
@@ -103,6 +122,8 @@ ADDED = {
             "usage_impossible_answers": 0,
             "usage_impossible_note": None,
             "other_model_answers": [],
+            # no host.jsonl then; the counters of both endpoints went back between the runs
+            "host": NO_HOST_READINGS,
         },
         "status": {
             "truncated": 0,

@@ -21,7 +21,7 @@ from tests.plugins.fault_server import ONE_STEP, FaultServer, status, write_reco
 
 SECTIONS = [
     "figures", "timeline", "bottleneck", "decisions", "errors", "truncated", "steps",
-    "serving", "sweep",
+    "serving", "host", "sweep",
 ]  # fmt: skip
 # The server's message for the refused record: it quotes the record, as a 422 can.
 QUOTING = "cannot read 'note r3' here"
@@ -75,7 +75,8 @@ def test_the_html_report_renders_every_section_offline_in_chromium(sweep_level):
         assert section["height"] > 0 and section["text"] > 0, section
         assert all(section["images"]), section  # every plot decoded from inside the file
     shown = {s["id"]: s for s in load.sections}
-    assert len(shown["timeline"]["images"]) == 3  # throughput, load, hit rate per step
+    # throughput, load, hit rate per step, the host's memory and disk (host.jsonl)
+    assert len(shown["timeline"]["images"]) == 4
     assert shown["sweep"]["tables"] == 1 and len(shown["sweep"]["images"]) == 1
     assert load.title == "Batch report: level-00004"
 

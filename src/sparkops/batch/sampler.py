@@ -2,9 +2,11 @@
 
 Each sample goes to timeline.jsonl (with the client's own CPU time), into the live hit
 rate the progress line shows, into the stall watch (do the endpoint's counters move?), and
-into the serving watch's drift check (is the same server behind the endpoint?). Why its
-own module: it runs beside the engine on the side client and decides nothing about records;
-a sample that fails is a gap in the timeline, never a failed job.
+into the serving watch's drift check (is the same server behind the endpoint?). On its own,
+slower clock it takes the host's readings (batch/host_watch.py: memory, fragmentation, the
+GPU driver's errors, disk, the serving container's restarts) into host.jsonl. Why its own
+module: it runs beside the engine on the side client and decides nothing about records; a
+sample that fails is a gap in the timeline, never a failed job.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from sparkops import openai_http
 from sparkops.batch.endpoints import EndpointPool
 from sparkops.batch.fate import Stats
 from sparkops.batch.hooks import RunHooks
+from sparkops.batch.host_watch import HostWatch
 from sparkops.batch.serving import ServingWatch
 from sparkops.jobdir import lines
 from sparkops.jobdir.run import JobRun
@@ -30,7 +33,7 @@ class Sampler:
 
     hooks: the run's (the progress line is refreshed there between samples); watch: the
     serving watch each sample's identity check goes to (None: no drift); live: the running
-    hit rate the progress line shows."""
+    hit rate the progress line shows; host: the run's host watch (None: no host readings)."""
 
     side: ServerClient
     pool: EndpointPool
@@ -39,6 +42,7 @@ class Sampler:
     hooks: RunHooks
     watch: ServingWatch | None = None
     live: LiveHitRate = field(default_factory=LiveHitRate, init=False)
+    host: HostWatch | None = field(default_factory=HostWatch)
 
     async def once(self) -> None:
         """One /metrics sample of every backend, appended to timeline.jsonl; then each
@@ -72,8 +76,16 @@ class Sampler:
             if time.monotonic() - last >= interval:  # a wall-clock step must not stop sampling
                 last = time.monotonic()
                 await self.once()
+            await self.read_host()
             self.hooks.refresh()
             await asyncio.sleep(0.5)
+
+    async def read_host(self) -> None:
+        """A reading of the host when one is due (host.jsonl), off the event loop: its probes
+        run commands that may take a moment."""
+        if self.host is not None and self.host.due():
+            job = self.job
+            await asyncio.to_thread(self.host.record, job.directory, job.number, job.finished)
 
 
 def _values(text: str | None) -> dict[str, float]:

@@ -14,16 +14,17 @@ Why these three (the public reports, docs/deploy.md "Before a day-long job"):
   blocks of `block_mib` or more is refused; an uptime past `max_uptime_days` is a warning.
 
 The playbook gathers the text (journalctl -k -b, else dmesg; /proc/buddyinfo after the page
-cache drop and a compaction; /proc/uptime; the page size); nothing here reads a file.
+cache drop and a compaction; /proc/uptime; the page size); nothing here reads a file. The
+parsers are sparkops.metrics.host's, shared with the job's host watch while it runs.
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from dataclasses import dataclass
-
 from sparkops.doctor.checks import Check, warn_or_pass
+from sparkops.metrics.host import DriverErrors as DriverErrors
+from sparkops.metrics.host import buddy_free as buddy_free
+from sparkops.metrics.host import driver_errors as driver_errors
+from sparkops.metrics.host import free_bytes
 from sparkops.plan.memory import GIB
 
 REBOOT = (
@@ -31,45 +32,6 @@ REBOOT = (
     "the reports saw it hang under memory pressure otherwise (docs/deploy.md, 'Before a "
     "day-long job')"
 )
-XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
-NV_ERR = re.compile(r"\b(NV_ERR_[A-Z0-9_]+)\b")
-ALLOCATOR = re.compile(r"\b(_memdesc\w+)")
-BUDDY = re.compile(r"^Node\s+(\d+),\s+zone\s+(\S+)\s+((?:\d+\s*)+)$")
-
-
-@dataclass(frozen=True, slots=True)
-class DriverErrors:
-    """What the GPU driver (NVRM) logged as errors since boot: Xids and NV_ERR_* codes."""
-
-    xids: Counter[str]
-    codes: Counter[str]
-    where: Counter[str]  # the allocator functions named beside an NV_ERR (_memdescAllocInternal)
-
-    def __bool__(self) -> bool:
-        return bool(self.xids or self.codes)
-
-    def summary(self) -> str:
-        codes = [f"{code} x{n}" for code, n in self.codes.most_common()]
-        if codes and self.where:
-            codes[0] += f" (in {', '.join(sorted(self.where))})"
-        return ", ".join(codes + [f"Xid {xid} x{n}" for xid, n in self.xids.most_common()])
-
-
-def driver_errors(log: str) -> DriverErrors:
-    """The NVRM error lines of a kernel log (informational NVRM lines are not errors)."""
-    xids: Counter[str] = Counter()
-    codes: Counter[str] = Counter()
-    where: Counter[str] = Counter()
-    for line in log.splitlines():
-        if "NVRM" not in line:
-            continue
-        if match := XID.search(line):
-            xids[match.group(1)] += 1
-        found = NV_ERR.findall(line)
-        codes.update(dict.fromkeys(found, 1))
-        if found:
-            where.update(ALLOCATOR.findall(line))
-    return DriverErrors(xids, codes, where)
 
 
 def gpu_driver_errors(source: str, log: str, unreadable: str = "") -> Check:
@@ -89,16 +51,6 @@ def gpu_driver_errors(source: str, log: str, unreadable: str = "") -> Check:
     return Check(name, False, detail, REBOOT)
 
 
-def buddy_free(buddyinfo: str) -> dict[int, int]:
-    """Free blocks per order, every node and zone summed (/proc/buddyinfo)."""
-    free: Counter[int] = Counter()
-    for line in buddyinfo.splitlines():
-        if match := BUDDY.match(line.strip()):
-            for order, count in enumerate(match.group(3).split()):
-                free[order] += int(count)
-    return dict(free)
-
-
 def memory_fragmentation(buddyinfo: str, page_size: int, block_mib: float, min_gib: float) -> Check:
     """Enough free memory in blocks of `block_mib` or more (after the drop and a compaction)."""
     name = "memory_fragmentation"
@@ -107,11 +59,8 @@ def memory_fragmentation(buddyinfo: str, page_size: int, block_mib: float, min_g
         return warn_or_pass(
             name, False, "/proc/buddyinfo could not be read", "run preflight on the Spark itself"
         )
-    block = block_mib * 1024 * 1024
-    large = sum(
-        n * page_size * 2**order for order, n in free.items() if page_size * 2**order >= block
-    )
-    total = sum(n * page_size * 2**order for order, n in free.items())
+    large = free_bytes(free, page_size, block_mib)
+    total = free_bytes(free, page_size)
     detail = (
         f"{large / GIB:.1f} GiB of {total / GIB:.1f} GiB free is in blocks of {block_mib:g} MiB "
         f"or more (needs {min_gib:g})"

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from sparkops.jobdir.fields import int_or_zero, number_or_none, text_or_none
 from sparkops.jobdir.identity import IdentityChange
 from sparkops.jobdir.status import OtherModelAnswers
+from sparkops.metrics.host import HostSummary
 
 T = TypeVar("T")
 
@@ -367,6 +368,7 @@ class JobReport:
     # answers kept from a model other than the pipeline's (a fallback, no --strict-serving)
     other_model_answers: tuple[OtherModelAnswers, ...] = ()
     serving: ServingSummary | None = None  # None: a job from before serving.jsonl
+    host: HostSummary | None = None  # the host while the job ran (None: before host.jsonl)
 
     def to_json(self) -> dict[str, Any]:
         """report.json's object."""
@@ -386,5 +388,6 @@ class JobReport:
                 "stalled_endpoints": _rows(StallRow.from_json),
                 "other_model_answers": _rows(_other_model),
                 "serving": _record_or_none(ServingSummary.from_json),
+                "host": _record_or_none(HostSummary.from_json),
             },
         )

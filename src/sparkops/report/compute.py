@@ -20,6 +20,7 @@ from sparkops.jobdir.reader import JobFolder
 from sparkops.jobdir.serving_lines import ServingRecord
 from sparkops.jobdir.status import answer_models, other_model_answers
 from sparkops.metrics.bottleneck import Bottleneck, name_bottleneck
+from sparkops.metrics.host import HostReading
 from sparkops.metrics.timeline import (
     TimelineSample,
     TokenRates,
@@ -33,6 +34,7 @@ from sparkops.metrics.timeline import (
     steady_window,
 )
 from sparkops.pipeline.check import ceiling
+from sparkops.report import host as report_host
 from sparkops.report import serving as report_serving
 from sparkops.report import stalls
 from sparkops.report.steps import (
@@ -126,6 +128,8 @@ class JobData:
     stall_events: list[lines.RunEvent] = field(default_factory=list)
     samples: list[TimelineSample] = field(default_factory=list)
     serving_lines: list[ServingRecord] = field(default_factory=list)
+    # the host's readings while the job ran (host.jsonl, batch/host_watch.py)
+    host_readings: list[HostReading] = field(default_factory=list)
     # results lines that count no record (damaged, or a finished record's second line)
     damage: lines.ResultsDamage = field(default_factory=lines.ResultsDamage)
 
@@ -174,6 +178,7 @@ def load_dir(directory: Path) -> JobData:
                 data.concurrency[r.run] = r.concurrency
     data.samples = list(folder.timeline())
     data.serving_lines = list(folder.serving())
+    data.host_readings = report_host.load_readings(directory)
     return data
 
 
@@ -272,7 +277,14 @@ def compute_report(data: JobData) -> JobReport:
         stalled_endpoints=tuple(stalls.summarise(data.stall_events)),
         other_model_answers=other_model_answers(totals.models, data.serving_lines),
         serving=report_serving.summarise(data.serving_lines, data.serving_epochs, data.samples),
+        host=report_host.summarise(data.host_readings, samples, job_origin(data)),
     )
+
+
+def job_origin(data: JobData) -> float | None:
+    """When the job started (its first run's start line), for times on the job's timeline."""
+    starts = [r["start"] for r in data.runs.values() if "start" in r]
+    return min(starts) if starts else None
 
 
 def job_bottleneck(

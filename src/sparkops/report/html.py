@@ -4,8 +4,9 @@ Where people would rather look than read: the run's timeline (records/min and th
 hit rate: the throughput plot report.md links; calls in flight, running and waiting requests,
 KV cache use; each step's hit rate against its ceiling over time), the figures, the bottleneck
 sentence, the decisions, errors by cause, answers cut off, the serving record and its changes,
-stalls and, for a concurrency sweep, its levels. The plots it adds to report.md's are drawn in
-report/html_plots.py.
+stalls, the host while the job ran (host.jsonl: memory, fragmentation, GPU driver errors,
+restarts, disk; report/host.py) and, for a concurrency sweep, its levels. The plots it adds
+to report.md's are drawn in report/html_plots.py and report/host.py.
 
 One file, nothing fetched at view time: the plots are PNGs inside it (data: URLs), the style
 is inline, there is no script, and a Content-Security-Policy forbids every other source, so
@@ -40,9 +41,10 @@ from sparkops.jobdir.durable import iter_json_lines
 from sparkops.jobdir.folder import is_job_dir
 from sparkops.jobdir.job_report import JobReport
 from sparkops.jobdir.reader import JobFolder
+from sparkops.report import host as report_host
 from sparkops.report import serving as report_serving
 from sparkops.report import stalls
-from sparkops.report.compute import JobData, compute_report, load_dir
+from sparkops.report.compute import JobData, compute_report, job_origin, load_dir
 from sparkops.report.html_plots import load_figure, png, step_figure, step_hit_series
 from sparkops.report.render import ROWS, figure
 
@@ -132,6 +134,7 @@ def job_sections(directory: Path) -> list[Section]:
         truncated_section(report),
         steps_section(report),
         serving_section(report),
+        host_section(report),
     ]
 
 
@@ -169,6 +172,14 @@ def timeline_section(data: JobData, report: JobReport, folder: JobFolder) -> Sec
     else:
         section.paragraphs.append(
             Paragraph("No answer reported its cached tokens: no hit rate per step over time.")
+        )
+    if data.host_readings:  # the host beside the job's timeline (report/host.py)
+        origin = job_origin(data) or data.host_readings[0].t
+        section.images.append(
+            Image(
+                "the host's free memory and disk",
+                png(report_host.host_figure(data.host_readings, origin)),
+            )
         )
     return section
 
@@ -313,6 +324,29 @@ def serving_section(report: JobReport) -> Section:
     )
     if text := report_serving.capacity_text(summary.capacity):
         section.paragraphs.append(Paragraph(text.removeprefix("- ")))
+    return section
+
+
+def host_section(report: JobReport) -> Section:
+    """The host while the job ran (host.jsonl, report/host.py): free memory, fragmentation,
+    the GPU driver's errors, container and server restarts, disk."""
+    section = Section("host", "Host")
+    summary = report.host
+    if summary is None:
+        section.paragraphs.append(Paragraph("No host readings (a job from before host.jsonl)."))
+        return section
+    section.paragraphs += [
+        Paragraph(text, "warn" if warns else "note")
+        for text, warns in report_host.sentences(summary)
+    ]
+    if summary.rows:
+        rows = [
+            tuple(Cell(text, True) for text in report_host.table_cells(row)) for row in summary.rows
+        ]
+        where = f" on {summary.host}" if summary.host else ""
+        section.tables.append(
+            Table(f"Readings{where}, on the job's timeline", report_host.TABLE_HEAD, rows)
+        )
     return section
 
 

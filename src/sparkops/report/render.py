@@ -11,6 +11,7 @@ from sparkops.files import write_atomic, write_figure
 from sparkops.jobdir.job_report import JobReport, StepRow
 from sparkops.jobdir.reader import JobFolder
 from sparkops.metrics.timeline import completion_rate_series, hit_rate_series, short_window_note
+from sparkops.report import host as report_host
 from sparkops.report import serving as report_serving
 from sparkops.report import stalls
 from sparkops.report.compute import JobData, compute_report, load_dir
@@ -70,6 +71,7 @@ def markdown(report: JobReport, name: str) -> str:
     if report.steps:
         lines += _steps_table(report.steps, report.hit_rate_verdict)
     lines += report_serving.markdown_lines(report.serving)
+    lines += report_host.markdown_lines(report.host)
     return "\n".join(lines) + "\n"
 
 
