@@ -10,13 +10,17 @@ errors (a job failing fast must not look fast); the ETA uses every finished reco
 
 Counts, rates and redacted endpoint URLs only; no record text, no ids, ever reaches the
 terminal or the journal.
+
+The status line's opening, `sparkops: DONE/TOTAL finished:`, is what `sparkops batch units`
+(so status.yml, from the controller) looks for in a job unit's journal to show the same line
+(jobunit/progress.py): keep it. `--no-progress` turns the lines off; the interval is never 0.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from rich.console import Console
@@ -37,10 +41,12 @@ class ProgressView:
         enabled: bool = True,
         endpoints: Sequence[str] = (),
         status_interval: float = STATUS_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """endpoints: the job's, as every message names them (redacted): the order stalled
         ones are listed in. Which are stalled the view learns from the changes it is told
-        (`note`), so it needs no hold on the pool."""
+        (`note`), so it needs no hold on the pool. `clock` (seconds, monotonic) paces the
+        status lines and the rates: a test moves it by hand instead of waiting."""
         self.stats = stats
         self.total = total
         self.already = already
@@ -50,7 +56,8 @@ class ProgressView:
         # rich only on a terminal; elsewhere plain status lines (when progress is wanted)
         self.lines = enabled and not self.console.is_terminal
         self.status_interval = status_interval
-        self._t0 = time.monotonic()
+        self._clock = clock
+        self._t0 = clock()
         self._last_line = self._t0
         self.drift = ""  # set once an endpoint changed what it serves (say())
         self._progress = Progress(
@@ -96,18 +103,18 @@ class ProgressView:
         finished = s.done + s.errors
         rpm = self.records_per_min()
         self._update_bar(s, finished, f"{rpm:,.0f}" if rpm is not None else "-")
-        if self.lines and time.monotonic() - self._last_line >= self.status_interval:
+        if self.lines and self._clock() - self._last_line >= self.status_interval:
             self._status_line()
 
     def records_per_min(self) -> float | None:
         """Records done (not errors) per minute of this run; None before there is a figure."""
-        elapsed = time.monotonic() - self._t0
+        elapsed = self._clock() - self._t0
         return self.stats.done / elapsed * 60 if elapsed > 1 and self.stats.done else None
 
     def eta_s(self) -> float | None:
         """Seconds left at this run's pace of finished records (done or errors)."""
         finished = self.stats.done + self.stats.errors
-        elapsed = time.monotonic() - self._t0
+        elapsed = self._clock() - self._t0
         left = self.total - self.already - finished
         if left <= 0:
             return 0.0
@@ -134,7 +141,7 @@ class ProgressView:
         )
 
     def _status_line(self) -> None:
-        self._last_line = time.monotonic()
+        self._last_line = self._clock()
         print(self.status_text(), file=sys.stderr, flush=True)
 
     def _update_bar(self, s: Stats, finished: int, rpm: str) -> None:

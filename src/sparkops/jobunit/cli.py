@@ -17,6 +17,7 @@ from typing import Any
 from sparkops.errors import UserError
 from sparkops.jobdir.status import job_status
 from sparkops.jobunit import notify as notify_mod
+from sparkops.jobunit.progress import read_progress
 from sparkops.jobunit.state import (
     folder_verdict,
     job_units,
@@ -74,7 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     note.set_defaults(func=_notify)
 
     units = sub.add_parser(
-        "units", help="every batch job unit on this host: state, restarts, last stop, progress"
+        "units",
+        help="every batch job unit on this host: state, restarts, last stop, progress (the "
+        "newest status line in its journal: run as root or a member of systemd-journal)",
     )
     units.add_argument("--json", action="store_true", help="print one JSON list")
     units.set_defaults(func=_units)
@@ -113,7 +116,8 @@ def _notify(args: argparse.Namespace) -> int:
 
 
 def job_unit_rows() -> list[dict[str, Any]]:
-    """One row per job unit on this host: its unit state and its job's counts."""
+    """One row per job unit on this host: its unit state, its job's counts, and the newest
+    status line in its journal (jobunit/progress.py; null where there is none)."""
     rows = []
     for job in job_units():
         show = show_unit(job.unit)
@@ -123,9 +127,11 @@ def job_unit_rows() -> list[dict[str, Any]]:
             counts: dict[str, Any] | None = job_status(job.out).as_dict()
         except (UserError, OSError) as err:
             counts = {"unreadable": str(err)}
+        progress = read_progress(job.unit)
         rows.append({
             "name": job.name, "out": str(job.out), "unit": job.unit,
             "state": state.as_dict() if state else None, "job": counts,
+            "progress": progress.as_dict() if progress else None,
         })  # fmt: skip
     return rows
 
@@ -147,6 +153,9 @@ def _units(args: argparse.Namespace) -> int:
             else job.get("unreadable", "no job yet")
         )
         print(f"{row['name']} ({row['out']}): {why}; {progress}")
+        if row["progress"]:
+            line = row["progress"]
+            print(f"  last progress line ({line['at'] or 'time unknown'}): {line['line']}")
     return 0
 
 
