@@ -2,9 +2,12 @@
 
     {{ spec | sparkops_batch_unit }}          the job's unit (sparkops-batch-NAME.service)
     {{ spec | sparkops_batch_notify_unit }}   its OnFailure= unit (with a notification URL)
+    {{ spec | sparkops_batch_api_unit }}      `sparkops batch serve` as a service (role
+                                              sparkops_cli, sparkops_cli_batch_api: true)
 
 `spec` holds batch.yml's settings without the sparkops_batch_ prefix (sparkops.jobunit.unit
-JobUnit); a wrong one becomes an AnsibleFilterError naming its variable. Every byte of the
+JobUnit), or the role's batch API settings (sparkops.jobunit.serve_unit ServeUnit); a wrong
+one becomes an AnsibleFilterError naming its variable. Every byte of the
 files, and every choice in them (restart policy, the wait for serving), is Python's.
 """
 
@@ -20,6 +23,7 @@ from ansible.errors import AnsibleFilterError
 if importlib.util.find_spec("sparkops") is None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
 try:
+    from sparkops.jobunit.serve_unit import parse_serve_spec, render_serve_unit
     from sparkops.jobunit.unit import (
         UnitSpecError,
         parse_spec,
@@ -68,9 +72,20 @@ def sparkops_batch_notify_unit(spec) -> str:
         raise AnsibleFilterError(f"batch.yml settings: {exc}") from exc
 
 
+def sparkops_batch_api_unit(spec) -> str:
+    """The batch API's unit file (sparkops-openai-batch.service)."""
+    if not isinstance(spec, Mapping):
+        raise AnsibleFilterError("sparkops_batch_api_unit: the spec must be a mapping")
+    try:
+        return render_serve_unit(parse_serve_spec(_plain(spec)))
+    except UnitSpecError as exc:
+        raise AnsibleFilterError(f"sparkops_cli batch API settings: {exc}") from exc
+
+
 class FilterModule:
     def filters(self):
         return {
             "sparkops_batch_unit": sparkops_batch_unit,
             "sparkops_batch_notify_unit": sparkops_batch_notify_unit,
+            "sparkops_batch_api_unit": sparkops_batch_api_unit,
         }

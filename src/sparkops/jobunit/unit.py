@@ -148,7 +148,8 @@ def exec_line(argv: list[str], prefix: str = "") -> str:
     return " ".join([prefix + program.replace("%", "%%"), *(quote_arg(a) for a in args)])
 
 
-def _environment_line(key: str, value: str) -> str:
+def environment_line(key: str, value: str) -> str:
+    """An Environment= line carrying `value` exactly (a name that is not one is refused)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
         raise UnitSpecError(f"{key!r} is not an environment variable name")
     return "Environment=" + quote_arg(f"{key}={value}").replace("$$", "$")
@@ -204,7 +205,7 @@ def render_unit(spec: JobUnit) -> str:
     quote_arg(spec.out)  # refuses a line break before it reaches the file
     unit += [f"{JOB_NAME_KEY}={spec.name}", f"{JOB_DIR_KEY}={spec.out}", "", "[Service]"]
     unit += ["Type=exec", f"User={spec.user}", "UMask=0077"]
-    unit += [_environment_line(k, v) for k, v in spec.environment.items()]
+    unit += [environment_line(k, v) for k, v in spec.environment.items()]
     if spec.env_file:
         unit.append(f"EnvironmentFile={spec.env_file}")
     unit += [
@@ -235,7 +236,7 @@ def render_notify_unit(spec: JobUnit) -> str:
         f"User={spec.user}",
         "UMask=0077",
     ]
-    unit += [_environment_line(k, v) for k, v in spec.environment.items()]
+    unit += [environment_line(k, v) for k, v in spec.environment.items()]
     if spec.env_file:
         unit.append(f"EnvironmentFile={spec.env_file}")
     unit += [f"ExecStart={exec_line(notify_argv(spec, on_failure=True), prefix='-')}", ""]
