@@ -1,4 +1,5 @@
-"""Ansible filter `sparkops_serving_state`: what status.yml says about the serving unit.
+"""Ansible filters: what status.yml says about the serving unit, each batch job's progress and
+the batch API's batches.
 
     {{ unit_show.stdout | default('') | sparkops_serving_state(health_status) }}
 
@@ -14,12 +15,42 @@ vLLM's /health (-1 when nothing answered) and returns {unit, stack}:
   logs.yml says which), "stopped" (the unit is inactive: teardown or `systemctl stop`),
   "failed" (the unit's start failed: `journalctl -u <unit>`), "absent" (never deployed here),
   or the unit's state itself when it is another one (activating, deactivating, ...).
+
+    {{ jobs | sparkops_job_progress_lines }}
+
+one line per batch job (rows of `sparkops batch units --json`): its name, its unit's state and
+the newest status line of its journal, the very line `journalctl -u` shows on the Spark
+(sparkops.jobunit.progress.progress_sentence).
+
+    {{ unit_show.stdout | default('') | sparkops_batch_api_status(answer, url) }}
+
+the batch API (`sparkops batch serve` as sparkops-openai-batch.service): its unit's state and
+restarts, and from its own `GET /v1/batches` (the registered uri result) each batch's id,
+status and request_counts, the figures an openai client reads; else one sentence with the fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+if importlib.util.find_spec("sparkops") is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
+try:
+    from sparkops.jobunit.progress import progress_sentence
+    from sparkops.jobunit.serve_unit import SERVE_UNIT
+except ImportError as exc:  # pragma: no cover - depends on the controller's environment
+    raise AnsibleFilterError(
+        f"sparkops_status needs the kit's dependencies on the controller ({exc}): run "
+        "ansible-playbook from the kit's .venv (make venv)"
+    ) from exc
+
+BATCH_FIELDS = ("id", "status", "request_counts")
 
 
 def _properties(show: str) -> dict[str, str]:
@@ -49,8 +80,68 @@ def sparkops_serving_state(show: str, health: Any = -1) -> dict[str, str]:
     return {"unit": unit, "stack": stack}
 
 
+def sparkops_job_progress_lines(jobs: Any) -> list[str]:
+    """One line per job row of `sparkops batch units --json` (see the module docstring)."""
+    if not isinstance(jobs, list):
+        return []
+    return [progress_sentence(row) for row in jobs if isinstance(row, Mapping)]
+
+
+def _batch_api_problem(status: int, url: str) -> str:
+    if status == 401:
+        return (
+            f"the batch API at {url} refused the key status.yml sent: the unit's key file holds "
+            "another one; run provision.yml --tags sparkops_cli so it takes vllm_serving_api_key"
+        )
+    if status < 0:
+        return (
+            f"nothing answers at {url}: `journalctl -u {SERVE_UNIT}` on the Spark says why "
+            "(`systemctl status` for its state)"
+        )
+    return f"the batch API at {url} answered HTTP {status} to GET /v1/batches"
+
+
+def sparkops_batch_api_status(show: str, answer: Any, url: str) -> dict[str, Any]:
+    """{unit, restarts, url, batches, has_more} or, where there are none to list, {unit,
+    restarts, url, error} (see the module docstring)."""
+    props = _properties(show)
+    if props.get("LoadState", "not-found") == "not-found":
+        return {
+            "unit": "absent",
+            "url": url,
+            "error": f"{SERVE_UNIT} is not installed: set sparkops_cli_batch_api: true and run "
+            "provision.yml --tags sparkops_cli",
+        }
+    found: dict[str, Any] = {
+        "unit": f"{props.get('ActiveState', 'unknown')} ({props.get('SubState', 'unknown')})",
+        "restarts": int(props["NRestarts"]) if props.get("NRestarts", "").isdigit() else 0,
+        "url": url,
+    }
+    answer = answer if isinstance(answer, Mapping) else {}
+    try:
+        status = int(answer.get("status", -1))
+    except (TypeError, ValueError):
+        status = -1
+    page = answer.get("json")
+    if status != 200 or not isinstance(page, Mapping) or not isinstance(page.get("data"), list):
+        problem = _batch_api_problem(status, url)
+        if status == 200:
+            problem = f"the batch API at {url} answered GET /v1/batches with no list of batches"
+        return {**found, "error": problem}
+    batches = [
+        {name: batch.get(name) for name in BATCH_FIELDS}
+        for batch in page["data"]
+        if isinstance(batch, Mapping)
+    ]
+    return {**found, "batches": batches, "has_more": bool(page.get("has_more"))}
+
+
 class FilterModule:
-    """Registers the filter."""
+    """Registers the filters."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"sparkops_serving_state": sparkops_serving_state}
+        return {
+            "sparkops_serving_state": sparkops_serving_state,
+            "sparkops_job_progress_lines": sparkops_job_progress_lines,
+            "sparkops_batch_api_status": sparkops_batch_api_status,
+        }
