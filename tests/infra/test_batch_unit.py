@@ -233,6 +233,10 @@ def test_a_job_comes_back_after_a_power_cycle_and_a_finished_job_stays_finished(
     # after the boot systemd no longer knows the exit: the job folder says it finished
     assert jobs[name]["state"]["why"].startswith(f"unit {unit}: finished (the job folder"), jobs
     assert (jobs[name]["job"]["done"], jobs[name]["out"]) == (TOTAL, out)
+    # the batch API the converge turned on (test_sparkops_cli_role.py) came back at the boot
+    # and lists its batches (none here) from its own GET /v1/batches
+    api = json.loads((tmp_path / f"{host.name}.json").read_text())["batch_api"]
+    assert (api["unit"], api["batches"]) == ("active (running)", []), api
 
     bodies = received(host)
     finished = [b for b in bodies if b["event"] == "finished"]

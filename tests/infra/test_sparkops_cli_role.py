@@ -59,6 +59,9 @@ def installed(
         {
             "sparkops_cli_pip_args": ["--no-index", "--find-links", WHEELHOUSE],
             "sparkops_cli_source_dir": str(source),
+            # the batch API as a service (issue 42 item 4): installed and started by the same
+            # converges, so check mode, the second converge and the offline one cover it too
+            "sparkops_cli_batch_api": True,
         },
     )
     check = provision(inventory, "--check", "--diff", *TAGS)
@@ -78,12 +81,19 @@ def installed(
 def test_check_mode_on_a_fresh_host_reports_the_install(installed: Converged) -> None:
     out = installed.check.output
     assert "would install sparkops-0.1.0-py3-none-any.whl into /opt/sparkops/venv" in out
+    assert "would install, enable and start sparkops-openai-batch.service" in out
     assert installed.check.changed >= 3 and installed.check.failed == 0
 
 
 def test_first_converge_installs_and_the_second_changes_nothing(installed: Converged) -> None:
     assert installed.first.changed >= 5 and installed.first.failed == 0
     assert (installed.second.changed, installed.second.failed) == (0, 0), installed.second.output
+    # the batch API runs as the job user, enabled, and answers OpenAI's list of batches
+    shown = installed.host.exec(
+        ["systemctl", "show", "-p", "ActiveState,UnitFileState,User", "sparkops-openai-batch"]
+    ).stdout
+    props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+    assert props == {"ActiveState": "active", "UnitFileState": "enabled", "User": JOB_USER}
 
 
 def test_a_job_user_runs_the_installed_kit(installed: Converged) -> None:
