@@ -326,12 +326,17 @@ def _validator(schema: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(json.loads(schema))
 
 
+def schema_path(name: str, base: Path) -> Path:
+    """The file `schema: FILE.json` names (relative to the pipeline YAML's folder `base`)."""
+    return (base / Path(name).expanduser()).resolve()
+
+
 def resolve_schema_file(extract: dict[str, Any], base: Path) -> None:
     """`schema: FILE.json` (relative to the pipeline YAML) becomes the schema it holds."""
     name = extract.get("schema")
     if not isinstance(name, str):
         return
-    path = (base / Path(name).expanduser()).resolve()
+    path = schema_path(name, base)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:

@@ -13,6 +13,8 @@ import hashlib
 import json
 import re
 import string
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkops.errors import UserError
 from sparkops.inputs import read_yaml
-from sparkops.pipeline.extract import ExtractSpec, resolve_schema_file
+from sparkops.pipeline.extract import ExtractSpec, resolve_schema_file, schema_path
 from sparkops.pipeline.kinds import FREE_TEXT_MAX_TOKENS as FREE_TEXT_MAX_TOKENS
 from sparkops.pipeline.kinds import AnswerKind
 from sparkops.pipeline.parse import ParseSpec as ParseSpec
@@ -315,11 +317,17 @@ def looks_like_path(text: str) -> bool:
     return bool(_ONE_TOKEN_PATH.match(text)) and not text.endswith(".")
 
 
-def _resolve_system(text: str, base: Path) -> str:
-    """`system` is a path relative to the YAML, or inline text (see looks_like_path)."""
+def system_path(text: str, base: Path) -> Path:
+    """The file a path-like `system:` value names (relative to the YAML's folder `base`)."""
+    return (base / Path(text.strip()).expanduser()).resolve()
+
+
+def _resolve_system(text: str, base: Path, instead: Path | None = None) -> str:
+    """`system` is a path relative to the YAML, or inline text (see looks_like_path);
+    `instead`: the file to read for it (a job folder's saved copy)."""
     if not looks_like_path(text):
         return text
-    candidate = (base / Path(text.strip()).expanduser()).resolve()
+    candidate = instead if instead is not None else system_path(text, base)
     if candidate.is_file():
         try:
             prompt = candidate.read_text(encoding="utf-8-sig")
@@ -341,21 +349,57 @@ def _resolve_system(text: str, base: Path) -> str:
     )
 
 
-def load_pipeline(path: str | Path) -> PipelineSpec:
-    """Read, resolve prompt files and validate a pipeline YAML."""
-    path = Path(path)
+def _read_raw(path: Path) -> dict[str, Any]:
     raw: dict[str, Any] = read_yaml(
         path,
         what="pipeline",
         fix="pass --pipeline PATH to a YAML mapping with name, model, steps",
         loader=_YamlLoader,
     )
+    return raw
+
+
+def load_pipeline(path: str | Path, files: Mapping[str, Path] | None = None) -> PipelineSpec:
+    """Read, resolve prompt files and validate a pipeline YAML.
+
+    `files`: a prompt or schema file's name as the YAML writes it -> the file to read in its
+    place (a job folder's saved copy of its pipeline, methods/saved.py)."""
+    path, files = Path(path), files or {}
+    raw = _read_raw(path)
     for step in raw.get("steps") or []:
-        if isinstance(step, dict) and isinstance(step.get("system"), str):
-            step["system"] = _resolve_system(step["system"], path.parent)
-        if isinstance(step, dict) and isinstance(step.get("extract"), dict):
-            resolve_schema_file(step["extract"], path.parent)
+        if isinstance(step, dict) and isinstance(system := step.get("system"), str):
+            step["system"] = _resolve_system(system, path.parent, files.get(system))
+        if isinstance(step, dict) and isinstance(extract := step.get("extract"), dict):
+            if isinstance(schema := extract.get("schema"), str) and schema in files:
+                extract["schema"] = str(files[schema])
+            resolve_schema_file(extract, path.parent)
     return parse_pipeline(raw, source=str(path))
+
+
+@dataclass(frozen=True)
+class NamedFile:
+    """A file a pipeline YAML names: a step's system prompt or JSON Schema."""
+
+    step: str
+    role: str  # "system prompt" or "JSON Schema"
+    named: str  # as the YAML writes it
+    path: Path  # the file load_pipeline reads for it
+
+
+def named_files(path: Path) -> list[NamedFile]:
+    """Every file the YAML's steps name, resolved as load_pipeline resolves them: what a job
+    folder keeps a copy of beside the YAML (call it on a pipeline load_pipeline accepted)."""
+    out = []
+    for step in _read_raw(path).get("steps") or []:
+        if not isinstance(step, dict):
+            continue
+        name = str(step.get("name"))
+        if isinstance(system := step.get("system"), str) and looks_like_path(system):
+            out.append(NamedFile(name, "system prompt", system, system_path(system, path.parent)))
+        extract = step.get("extract")
+        if isinstance(extract, dict) and isinstance(schema := extract.get("schema"), str):
+            out.append(NamedFile(name, "JSON Schema", schema, schema_path(schema, path.parent)))
+    return out
 
 
 def parse_pipeline(raw: dict[str, Any], source: str = "pipeline") -> PipelineSpec:
