@@ -16,7 +16,10 @@ line is an edit, and so is the file's removal. The one rewrite the kit makes its
 under `previous-<time>/`), is told from an edit by both: the old file in the backup is the
 previous seal's, and the new file starts with exactly the lines drop_errors keeps. The small
 JSON files (manifest.json, prefix.json) are rewritten by every run, so they are checked from
-the last seal on. `--restart` sets runs.jsonl aside with the rest: a new chain starts.
+the last seal on. The saved pipeline's index (pipeline/index.json, jobdir/pipeline_copy.py) is
+written once and never again: any change to it is an edit; it holds the sha256 of every saved
+pipeline file, which verification.py checks. `--restart` sets runs.jsonl aside with the rest:
+a new chain starts.
 
 A seal is evidence of accident or of an edit made without the kit, not a signature: someone
 who rewrites a file and recomputes every seal after it is not caught. The job folder stays the
@@ -38,12 +41,14 @@ from typing import Any
 from sparkops.jobdir import lines
 from sparkops.jobdir.durable import dumps_line, iter_json_lines
 from sparkops.jobdir.folder import MANIFEST, META, PREFIX, RESULTS, RUNS, SERVING, TIMELINE
+from sparkops.jobdir.pipeline_copy import INDEX
 
 DIGESTS = "digests"  # the end line's key (jobdir/verification.py checks the seals)
 ALGORITHM = "sha256"
 JOURNALS = (RESULTS, META, SERVING, TIMELINE, RUNS)  # append-only while a job runs
 WHOLE = (MANIFEST, PREFIX)  # rewritten whole by each run
-SEALED = (*JOURNALS, *WHOLE)
+FIXED = (INDEX,)  # written once (the saved pipeline's index), never rewritten
+SEALED = (*JOURNALS, *WHOLE, *FIXED)
 RETRIED = (RESULTS, META)  # what --retry-errors rewrites
 BLOCKS = 64  # at most this many block digests per file: enough to place a change
 BLOCK_HEX = 16
@@ -286,6 +291,8 @@ def came_from(directory: Path, name: str, path: Path, previous: Seal | None) -> 
         return UNCHANGED
     if name in WHOLE:
         return REWRITTEN
+    if name in FIXED:
+        return CHANGED
     if prefix_matches(path, sealed):
         return APPENDED
     if name in RETRIED and retried_errors(directory, name, path, sealed):

@@ -41,6 +41,7 @@ from sparkops.jobdir.durable import (
     write_json_atomic,
     write_text_atomic,
 )
+from sparkops.jobdir.pipeline_copy import COPY_DIR
 
 RESULTS = "results.jsonl"
 MANIFEST = "manifest.json"
@@ -53,18 +54,9 @@ SERVING = "serving.jsonl"  # batch/serving.py: what served the job
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 PLOT = "throughput.png"
-JOB_FILES = (
-    RESULTS,
-    MANIFEST,
-    PREFIX,
-    RUNS,
-    TIMELINE,
-    META,
-    SERVING,
-    REPORT_JSON,
-    REPORT_MD,
-    PLOT,
-)
+# the job's files, which --restart sets aside (COPY_DIR: the saved pipeline, a folder)
+JOB_FILES: tuple[str, ...] = (RESULTS, MANIFEST, PREFIX, RUNS, TIMELINE, META, SERVING, PLOT)
+JOB_FILES += (REPORT_JSON, REPORT_MD, COPY_DIR)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from sparkops.jobdir import lines
 from sparkops.jobdir.durable import read_json_file
 from sparkops.jobdir.folder import JobDir, Manifest, load_manifest
 from sparkops.jobdir.job_report import JobReport, PrefixRecord
+from sparkops.jobdir.pipeline_copy import SavedPipeline, read_saved
 from sparkops.jobdir.serving_lines import ServingRecord, serving_lines
 
 
@@ -77,6 +78,12 @@ class JobFolder:
     def serving(self) -> Iterator[ServingRecord]:
         """The serving record (serving.jsonl): every start, change and other-model line."""
         return serving_lines(self.files.serving)
+
+    def saved_pipeline(self) -> SavedPipeline | None:
+        """The index of the pipeline the job keeps (pipeline/index.json, jobdir/pipeline_copy.py):
+        None when it keeps none (a job from before the copy, an OpenAI batch job); an index
+        there but unreadable is a UserError (pipeline_copy.CopyDamaged)."""
+        return read_saved(self.path)
 
     def report(self) -> JobReport | None:
         """report.json read back (job_report.JobReport.from_json); None when the job has no

@@ -3,8 +3,9 @@
 Opening a run is a fixed sequence, and each step guards the next: the lock (one run per
 folder), the folder checked or made and the manifest compared (a different experiment is
 refused before anything moves), `--retry-errors` taking the error lines out, the prefix
-record, the journal opened (its finished keys are the resume), and the run's number (one
-more than the "start" lines in runs.jsonl). `JobRun.open` does them in that order and
+record, the run's number (one more than the "start" lines in runs.jsonl), the pipeline's
+copy saved when the folder has none (jobdir/pipeline_copy.py; never rewritten), and the
+journal opened (its finished keys are the resume). `JobRun.open` does them in that order and
 undoes them in reverse, so a caller cannot forget one or take them out of order.
 
 The handle is the run's only appender of events (runs.jsonl) and samples (timeline.jsonl):
@@ -32,18 +33,21 @@ from sparkops.jobdir.folder import (
     prepare_dir,
 )
 from sparkops.jobdir.journal import Journal
+from sparkops.jobdir.pipeline_copy import PipelineSource, keep_pipeline
 
 
 @dataclass
 class JobRun:
-    """An open run: its folder, journal and number; whether it resumed a job, and how many
-    error records `--retry-errors` set to be sent again."""
+    """An open run: its folder, journal and number; whether it resumed a job, how many
+    error records `--retry-errors` set to be sent again, and why the pipeline's copy could
+    not be saved (None: saved now or before, or none to save)."""
 
     directory: Path
     journal: Journal
     number: int
     resumed: bool
     retried: int = 0
+    copy_warning: str | None = None
 
     @classmethod
     @contextlib.contextmanager
@@ -57,9 +61,11 @@ class JobRun:
         retry_errors: bool = False,
         prefix: dict[str, Any] | None = None,
         fsync_interval: float = 1.0,
+        pipeline: PipelineSource | None = None,
     ) -> Iterator[JobRun]:
-        """Lock, prepare, drop errors (`retry_errors`), write the prefix record, open the
-        journal and number the run; on leaving, close the journal and free the lock.
+        """Lock, prepare, drop errors (`retry_errors`), write the prefix record, number the
+        run, save `pipeline` unless the folder holds its copy, and open the journal; on
+        leaving, close the journal and free the lock.
 
         Raises UserError (nothing changed) when another run holds the folder or it holds
         another experiment."""
@@ -68,13 +74,14 @@ class JobRun:
             retried = drop_errors(directory) if retry_errors else 0
             if prefix is not None:
                 write_json_atomic(directory / PREFIX, prefix)
+            number = 1 + sum(1 for r in lines.run_events(directory / RUNS) if r.event == "start")
+            kept = None
+            if pipeline is not None:
+                kept = keep_pipeline(directory, pipeline, manifest.pipeline_fingerprint, number)
             journal = Journal(directory, key_field, fsync_interval)
             journal.open()
             try:
-                number = 1 + sum(
-                    1 for r in lines.run_events(directory / RUNS) if r.event == "start"
-                )
-                yield cls(directory, journal, number, resumed, retried)
+                yield cls(directory, journal, number, resumed, retried, kept)
             finally:
                 journal.close()
 

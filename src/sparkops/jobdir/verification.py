@@ -1,6 +1,7 @@
 """`sparkops batch verify DIR`'s check: the job folder's files now against the seals its runs
-wrote (jobdir/digest.py says what a seal holds and what counts as an edit), and the one-line
-warning `report` and `compare` print for a folder that does not verify."""
+wrote (jobdir/digest.py says what a seal holds and what counts as an edit), the saved
+pipeline's files against their index (sealed itself; jobdir/pipeline_copy.py), and the
+one-line warning `report` and `compare` print for a folder that does not verify."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sparkops.jobdir.digest import (
     APPENDED,
     CHANGED,
     EDITS,
+    FIXED,
     NEW,
     REMOVED,
     REWRITTEN,
@@ -30,6 +32,7 @@ from sparkops.jobdir.digest import (
     seals,
 )
 from sparkops.jobdir.folder import RUNS
+from sparkops.jobdir.pipeline_copy import CopyDamaged, check_saved, read_saved
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,24 @@ def verify(directory: Path) -> Verification:
         check_file(directory, name, last, started_since)
         for name in names
         if name in last.files or readable(directory / name)
-    )
+    ) + tuple(saved_pipeline_files(directory))
     problems = list(history) + [f"{c.name}: {c.sentence}" for c in checks if c.edited]
     return Verification(
         directory, tuple(s.run for s in found), checks, tuple(history), tuple(problems)
     )
+
+
+def saved_pipeline_files(directory: Path) -> list[FileCheck]:
+    """Each saved pipeline file against its sha256 in the index (an index that cannot be read
+    is the seal's to report: it is sealed)."""
+    try:
+        saved = read_saved(directory)
+    except CopyDamaged:
+        return []
+    if saved is None:
+        return []
+    states = {"unchanged": UNCHANGED, "changed": CHANGED, "removed": REMOVED}
+    return [FileCheck(c.path, states[c.state], c.sentence) for c in check_saved(directory, saved)]
 
 
 def chain_breaks(found: list[Seal]) -> list[str]:
@@ -140,6 +156,8 @@ def check_file(directory: Path, name: str, last: Seal, started_since: bool) -> F
         return FileCheck(name, REMOVED, f"removed since {ended} (it held {_lines(sealed)})")
     if same_file(path, sealed):
         return FileCheck(name, UNCHANGED, f"unchanged since {ended} ({_lines(sealed)})")
+    if name in FIXED:  # written once, never rewritten by a run
+        return FileCheck(name, CHANGED, changed_sentence(path, sealed, ended))
     if name in WHOLE:
         if started_since:
             return FileCheck(name, REWRITTEN, f"rewritten by a run started since {ended}")
