@@ -1,20 +1,27 @@
 """`sparkops report DIR --methods` and `compare --methods` (issue 40 item 3): methods.md from
 the job folder alone, each value traced to its file, in TRIPOD-LLM's order, marked places for
-what the kit cannot know; the pipeline only when proven the job's. Real jobs against the fault
-server: a two-step pipeline with a system prompt file and a stack record, constrained and not.
+what the kit cannot know; the pipeline from the copy the job folder keeps (or --pipeline for a
+folder from before the copy), only when proven the job's. Real jobs against the fault server: a
+two-step pipeline with a system prompt file and a stack record, constrained and not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import random
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from sparkops import cli
+from sparkops.jobdir.pipeline_copy import COPY_DIR
 from sparkops.methods.document import HEADER
 from tests.plugins.cli import batch_run, sparkops
 from tests.plugins.fault_server import FaultServer, status, write_records
@@ -102,8 +109,13 @@ def jobs(tmp_path_factory):
     return {**out, "base": base, "gold": gold}
 
 
-def methods(folder: Path, *extra: str):
-    return sparkops("report", str(folder), "--methods", *extra, env=NO_COLUMNS, timeout=120)
+def methods(folder: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`sparkops report FOLDER --methods` in this process (a reader: no subprocess needed)."""
+    argv = ["report", str(folder), "--methods", *extra]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli.main(argv)
+    return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
 
 
 def table(text: str) -> dict[str, tuple[str, str]]:
@@ -116,10 +128,26 @@ def table(text: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def before_the_copy(folder: Path, target: Path) -> Path:
+    """A copy of a job folder as a kit from before seals and the pipeline copy left it: no
+    pipeline/, no digests in the end lines."""
+    shutil.copytree(folder, target)
+    shutil.rmtree(target / COPY_DIR)
+    rows = [json.loads(x) for x in (target / "runs.jsonl").read_text().splitlines()]
+    for row in rows:
+        row.pop("digests", None)
+    (target / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return target
+
+
 def test_methods_md_holds_every_item_traced_to_its_file(jobs):
     held = jobs["held"]
     out = held["out"]
-    done = methods(out, "--pipeline", str(held["pipeline"]))
+    done = methods(out)  # from the job folder alone: no --pipeline
     assert done.returncode == 0, done
     assert done.stdout.strip() == str(out / "methods.md")
     text = (out / "methods.md").read_text()
@@ -153,12 +181,19 @@ def test_methods_md_holds_every_item_traced_to_its_file(jobs):
         "serving.jsonl (the stack record)",
     )
     assert "sk-NOT-FOR-PAPERS" not in text and "api-key" not in text
-    # the pipeline, proven the job's by its fingerprint: each prompt's sha256 is its file's
+    # the pipeline the folder keeps, proven the job's by its fingerprint: each prompt's sha256
+    # is its original file's, the YAML's too
     prompt = (held["pipeline"].parent / "prompts" / "screen.txt").read_bytes()
-    source = f"held.yaml (fingerprint {manifest['pipeline_fingerprint']} = manifest.json)"
+    fingerprint = manifest["pipeline_fingerprint"]
+    source = f"pipeline/copy/held.yaml (fingerprint {fingerprint} = manifest.json)"
+    assert rows["Pipeline"] == (
+        "triage: 2 step(s), screen -> confirm (first step screen; served model name tiny); "
+        f"the YAML's sha256 {sha256(held['pipeline'].read_bytes())}",
+        source,
+    )
     assert rows["Step screen: prompts"] == (
-        f"system prompt sha256 {hashlib.sha256(prompt).hexdigest()} ({len(prompt)} "
-        f"characters); user template sha256 {hashlib.sha256(b'Note: {text}').hexdigest()}, "
+        f"system prompt file pipeline/copy/prompts/screen.txt, sha256 {sha256(prompt)} "
+        f"({len(prompt)} characters); user template sha256 {sha256(b'Note: {text}')}, "
         "filled with the record's text",
         source,
     )
@@ -168,7 +203,9 @@ def test_methods_md_holds_every_item_traced_to_its_file(jobs):
         "held on the server by structured outputs (choice)",
         "manifest.json (constraints)",
     )
-    assert rows["Step confirm: sampling"][0].startswith("temperature 0.2, max_tokens 4")
+    sampling = "other sampling parameters the server's defaults"
+    assert rows["Step screen: sampling"] == (f"temperature 0, max_tokens 4; {sampling}", source)
+    assert rows["Step confirm: sampling"] == (f"temperature 0.2, max_tokens 4; {sampling}", source)
     assert rows["Step screen: routing"][0] == "yes -> confirm, no -> stop, unclear -> confirm"
     # what happened to every record
     results = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
@@ -192,47 +229,95 @@ def test_methods_md_holds_every_item_traced_to_its_file(jobs):
     assert "1 ended in error" in text.split("## Data")[0]  # the paragraph says it too
 
 
-def test_without_the_pipeline_the_prompts_are_a_marked_place(jobs):
-    out = jobs["free"]["out"]
-    done = methods(out)
+def test_a_folder_from_before_the_copy_asks_for_its_pipeline_in_one_line(jobs, tmp_path):
+    old = before_the_copy(jobs["held"]["out"], tmp_path / "old")
+    (old / "methods.md").unlink(missing_ok=True)
+    done = methods(old)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr == (
+        f"sparkops: error: {old} keeps no copy of its pipeline (a job run by a kit from before "
+        "the copy, no pipeline/index.json); pass --pipeline P.yaml, the pipeline file the job "
+        "ran, to write its methods\n"
+    )
+    assert not (old / "methods.md").exists()
+    # --pipeline fills it, proven the job's by the fingerprint; the prompts' sha256 are the files'
+    held = jobs["held"]["pipeline"]
+    done = methods(old, "--pipeline", str(held))
     assert done.returncode == 0, done
-    rows = table((out / "methods.md").read_text())
-    manifest = json.loads((out / "manifest.json").read_text())
+    rows = table((old / "methods.md").read_text())
+    prompt = (held.parent / "prompts" / "screen.txt").read_bytes()
+    manifest = json.loads((old / "manifest.json").read_text())
+    assert rows["Step screen: prompts"] == (
+        f"system prompt file prompts/screen.txt, sha256 {sha256(prompt)} ({len(prompt)} "
+        f"characters); user template sha256 {sha256(b'Note: {text}')}, filled with the "
+        "record's text",
+        f"held.yaml (fingerprint {manifest['pipeline_fingerprint']} = manifest.json)",
+    )
+    # compare reads such a folder too: the steps the results name, the rest a marked place
+    target = tmp_path / "comparison.md"
+    args = ["compare", str(old), str(jobs["free"]["out"]), "--methods", str(target)]
+    assert sparkops(*args, env=NO_COLUMNS, timeout=120).returncode == 0
+    rows = table(target.read_text())
     assert rows["Pipeline"] == (
         f"fingerprint {manifest['pipeline_fingerprint']}; steps seen in the results: screen, "
         "confirm",
         "manifest.json, results.jsonl",
     )
-    assert rows["Step screen: constraint"][0] == (
-        "free answer, read by the parser (not held on the server)"
-    )
     assert rows["Prompts, answers, sampling, routing"][0].startswith("**[TO COMPLETE: ")
-    assert "Step screen: prompts" not in rows
 
 
-def test_a_pipeline_that_is_not_the_jobs_is_refused_and_nothing_is_written(jobs, tmp_path):
+def test_a_pipeline_that_is_not_the_saved_one_is_refused_naming_both_sha256(jobs, tmp_path):
     out = jobs["held"]["out"]
     (out / "methods.md").unlink(missing_ok=True)
-    other = write_pipeline(tmp_path, "other.yaml", prompt="Another question?\n")
+    fix = "drop --pipeline: the job folder keeps the pipeline the job ran"
+    # the same YAML naming another prompt file
+    other = write_pipeline(tmp_path, "held.yaml", prompt="Another question?\n")
     done = methods(out, "--pipeline", str(other))
     assert done.returncode == 2 and done.stdout == "", done
-    manifest = json.loads((out / "manifest.json").read_text())
-    line = done.stderr.strip()
-    said = f"sparkops: error: {other} is not the pipeline {out} ran: its fingerprint is "
-    assert line.startswith(said)
-    assert f"the job's {manifest['pipeline_fingerprint']} (manifest.json)" in line
+    saved = out / "pipeline" / "copy" / "prompts" / "screen.txt"
+    theirs = sha256((tmp_path / "prompts" / "screen.txt").read_bytes())
+    assert done.stderr == (
+        f"sparkops: error: --pipeline {other} is not the pipeline {out} saved at its first run: "
+        f"the file it names as 'prompts/screen.txt' has sha256 {theirs}, the saved {saved} "
+        f"{sha256(saved.read_bytes())}; {fix}\n"
+    )
     assert not (out / "methods.md").exists()
-    # the same pipeline with constrain: false (same fingerprint, another mode): refused too
+    # the same pipeline with constrain: false: another YAML
     free = jobs["free"]["pipeline"]
     done = methods(out, "--pipeline", str(free))
     assert done.returncode == 2, done
-    assert "runs its steps constrained as screen: off, confirm: off, but" in done.stderr
+    yaml = out / "pipeline" / "copy" / "held.yaml"
+    assert done.stderr == (
+        f"sparkops: error: --pipeline {free} is not the pipeline {out} saved at its first run: it "
+        f"has sha256 {sha256(free.read_bytes())}, the saved {yaml} {sha256(yaml.read_bytes())}; "
+        f"{fix}\n"
+    )
+    # the job's own pipeline beside its copy: the same bytes, accepted
+    assert methods(out, "--pipeline", str(jobs["held"]["pipeline"])).returncode == 0
     # --pipeline alone does nothing: refused
     alone = sparkops("report", str(out), "--pipeline", str(free), timeout=120)
     assert alone.returncode == 2
     assert alone.stderr.strip() == (
         "sparkops: error: --pipeline fills the methods section: pass --methods with it"
     )
+
+
+def test_a_folder_from_before_the_copy_refuses_a_pipeline_that_is_not_the_jobs(jobs, tmp_path):
+    old = before_the_copy(jobs["held"]["out"], tmp_path / "old")
+    (old / "methods.md").unlink(missing_ok=True)
+    other = write_pipeline(tmp_path, "other.yaml", prompt="Another question?\n")
+    done = methods(old, "--pipeline", str(other))
+    assert done.returncode == 2 and done.stdout == "", done
+    manifest = json.loads((old / "manifest.json").read_text())
+    line = done.stderr.strip()
+    said = f"sparkops: error: {other} is not the pipeline {old} ran: its fingerprint is "
+    assert line.startswith(said)
+    assert f"the job's {manifest['pipeline_fingerprint']} (manifest.json)" in line
+    assert not (old / "methods.md").exists()
+    # the same pipeline with constrain: false (same fingerprint, another mode): refused too
+    done = methods(old, "--pipeline", str(jobs["free"]["pipeline"]))
+    assert done.returncode == 2, done
+    assert "runs its steps constrained as screen: off, confirm: off, but" in done.stderr
 
 
 def test_a_methods_md_the_kit_did_not_write_is_never_overwritten(jobs):
@@ -248,8 +333,6 @@ def test_a_methods_md_the_kit_did_not_write_is_never_overwritten(jobs):
 
 
 def test_an_edited_folder_says_so_in_its_methods(jobs, tmp_path):
-    import shutil
-
     copy = tmp_path / "copy"
     shutil.copytree(jobs["held"]["out"], copy)
     rows = (copy / "results.jsonl").read_text().splitlines(keepends=True)

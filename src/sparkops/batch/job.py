@@ -45,6 +45,7 @@ from sparkops.jobdir.folder import Manifest, check_out_dir
 from sparkops.jobdir.journal import Journal
 from sparkops.jobdir.run import JobRun
 from sparkops.jobdir.status import error_causes
+from sparkops.methods.saved import copy_problem, pipeline_source
 from sparkops.openai_http import ServerClient, auth_headers
 from sparkops.pipeline.spec import load_pipeline
 from sparkops.privacy import redact
@@ -162,6 +163,8 @@ async def _run_job(cfg: JobConfig, stopper: Stopper) -> JobSummary:
     if (first := source.first_record()) is not None:
         workload.check_first(first, cfg.input)
     manifest = _manifest(workload, cfg, source)
+    # the pipeline's files as read now: the job folder keeps a copy (methods/saved.py)
+    pipeline = pipeline_source(cfg.pipeline) if cfg.pipeline else None
     # the job's own /metrics (--metrics-port): bound before any request, a port in use is exit 2
     async with (
         exporter.metrics_server(cfg.metrics_port) as metrics,
@@ -181,7 +184,12 @@ async def _run_job(cfg: JobConfig, stopper: Stopper) -> JobSummary:
             retry_errors=cfg.retry_errors,
             prefix=prefix,
             fsync_interval=cfg.fsync_interval,
+            pipeline=pipeline,
         ) as job:
+            if pipeline is not None and (
+                kept := job.copy_warning or copy_problem(cfg.out, manifest)
+            ):
+                print(f"sparkops: warning: {kept}", file=sys.stderr)
             if job.retried:
                 print(
                     f"sparkops: sending {job.retried} record(s) that ended in error again",

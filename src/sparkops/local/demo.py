@@ -9,7 +9,7 @@ ceiling, then what the model decided: the decisions, how many records stopped af
 call, and the agreement with the notes' gold labels (sensitivity, specificity, PPV, NPV, accuracy
 beside the majority-class baseline, each with its 95% interval, and whether the model did better
 than the baseline): the intervals show how little 300 notes and a 135M model can say. It
-writes the job's methods.md (methods/document.py) with the sample pipeline."""
+writes the job's methods.md (methods/document.py) from the job folder alone."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def run_sample_job(server: Server, console: Console, cache: Path | None = None) 
     )
     report = write_report(out)
     print_markdown(console, markdown(report, out.name))
-    methods = write_job_methods(out, pipeline)  # the methods section, pipeline proven the job's
+    methods = write_job_methods(out)  # the methods section, from the job folder alone
     console.print(
         f"Report: {out / 'report.md'}, plot: {out / 'throughput.png'}, methods: {methods}",
         soft_wrap=True,

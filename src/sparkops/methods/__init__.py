@@ -9,8 +9,10 @@ two runs with its intervals and verdicts (compare/methods.py builds that section
 
 The facts are read through the job folder's own readers (jobdir/reader.JobFolder: manifest,
 runs.jsonl, serving.jsonl, results.jsonl, the seals), never report.json's keys: facts.py
-gathers them, pipeline.py adds the pipeline's (a --pipeline file proven to be the job's by
-the manifest's fingerprint), document.py writes the Markdown.
+gathers them, pipeline.py adds the pipeline's (the copy the job folder keeps, or a --pipeline
+file, proven to be the job's by the manifest's fingerprint: saved.py), document.py writes the
+Markdown. saved.py also gives `batch run` what it saves of the pipeline and its check of the
+saved copy at every run.
 
 Its own layer, between the readers (report, compare) and the pipeline and the job folder, so
 both readers can write it (pyproject's import contracts).

@@ -23,8 +23,9 @@ def add_methods_options(parser: argparse.ArgumentParser) -> None:
         "--pipeline",
         type=Path,
         metavar="P.yaml",
-        help="with --methods: the job's pipeline, for each step's prompts (sha256), answers, "
-        "sampling and routing; refused unless its fingerprint is the job's (manifest.json)",
+        help="with --methods, for a job folder from before the kit kept its pipeline (DIR/"
+        "pipeline/): the job's pipeline, refused unless its fingerprint is the job's "
+        "(manifest.json); beside the folder's own copy it must be the same files",
     )
 
 

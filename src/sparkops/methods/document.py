@@ -20,7 +20,8 @@ from pathlib import Path
 from sparkops.errors import UserError
 from sparkops.files import write_atomic
 from sparkops.methods.facts import TODO, Fact, JobFacts, Served, todo, when
-from sparkops.methods.pipeline import checked_pipeline, folder_only_facts, pipeline_facts
+from sparkops.methods.pipeline import JobPipeline, folder_only_facts, pipeline_facts
+from sparkops.methods.saved import methods_pipeline, saved_or_none
 from sparkops.pipeline.spec import STOP, PipelineSpec
 
 METHODS = "methods.md"
@@ -345,15 +346,17 @@ def availability_section() -> Section:
 
 def job_sections(
     facts: JobFacts,
-    spec: PipelineSpec | None = None,
-    spec_path: Path | None = None,
+    pipeline: JobPipeline | None = None,
     analysis: Section | None = None,
 ) -> list[Section]:
-    """Every section of one job, in TRIPOD-LLM's order; `analysis` the comparison's (default:
-    a marked place naming `compare --methods`)."""
+    """Every section of one job, in TRIPOD-LLM's order; `pipeline` the job's (default: its
+    saved copy when that is intact), `analysis` the comparison's (default: a marked place
+    naming `compare --methods`)."""
+    pipeline = pipeline or saved_or_none(facts.directory, facts.manifest)
+    spec = pipeline.spec if pipeline is not None else None
     prompting = (
-        pipeline_facts(spec, facts.manifest, spec_path)
-        if spec is not None and spec_path is not None
+        pipeline_facts(pipeline, facts.manifest)
+        if pipeline is not None
         else folder_only_facts(facts.manifest, facts.steps_seen)
     )
     return [
@@ -450,15 +453,17 @@ def write_methods(path: Path, text: str) -> Path:
     return path
 
 
-def job_methods(directory: Path, pipeline: Path | None) -> str:
-    """methods.md's text for one job folder (`--pipeline` fills the prompting section)."""
+def job_methods(directory: Path, pipeline: Path | None = None) -> str:
+    """methods.md's text for one job folder: the pipeline its folder keeps, or `--pipeline`
+    for a folder from before the copy (methods/saved.py)."""
     facts = JobFacts.read(directory)
-    spec = checked_pipeline(pipeline, facts.manifest, directory) if pipeline else None
-    sections = job_sections(facts, spec, pipeline)
+    job = methods_pipeline(directory, facts.manifest, pipeline)
+    sections = job_sections(facts, job)
+    spec = job.spec if job is not None else None
     return render(f"Methods: job {directory.name}", paragraph(facts, spec), sections)
 
 
-def write_job_methods(directory: Path, pipeline: Path | None) -> Path:
+def write_job_methods(directory: Path, pipeline: Path | None = None) -> Path:
     """`sparkops report DIR --methods`: DIR/methods.md, its path returned."""
     return write_methods(directory / METHODS, job_methods(directory, pipeline))
 
