@@ -2,7 +2,8 @@
 
 A job folder (`--out DIR`) holds the results journal (jobdir/journal.py), the manifest (what
 the job is: changing it means a different experiment), the run log, the metrics timeline,
-the serving record, the lock (below), the report, and `previous-<time>/` backups of
+the serving record, the pipeline's copy (`pipeline/`, jobdir/pipeline_copy.py), the lock
+(below), the report, and `previous-<time>/` backups of
 files set aside by `--restart` or `--retry-errors` (never deleted). Every command that reads
 a job (`batch status`, `report`, `compare`, `bench`) finds its files through `JobDir`; what
 each line means is jobdir/lines.py's business, how it is written durably jobdir/durable.py's.
