@@ -7,7 +7,7 @@ answers, sampling and routing from the job folder alone. The first run of a job 
 run of this kit on an older folder) saves the copy; it is never rewritten, and `--restart`
 sets it aside with the rest of the job (folder.JOB_FILES).
 
-The layout (the index last in the listing is the copy's commit mark):
+The layout:
 
     pipeline/copy/<the YAML's own name>      the pipeline YAML as loaded
     pipeline/copy/<path as the YAML names it> a file named inside the YAML's folder
@@ -218,7 +218,7 @@ def _write_copy(staging: Path, source: PipelineSource, fingerprint: str, run: in
     files = []
     for number, file in enumerate(source.files, start=1):
         place = _place(file.named, number)
-        if place in taken and taken[place] != file.data:  # only a file the YAML names twice
+        if place in taken and taken[place] != file.data:  # e.g. the YAML's own name
             place = f"{_ELSEWHERE}/{number}-{_plain_name(Path(file.named).name)}"
         files.append(_put(staging, taken, place, file.data, file.named, file.uses))
     return SavedPipeline(fingerprint, run, yaml, tuple(files))
