@@ -100,6 +100,7 @@ def _render_stack_into(inventory: Path, tmp_path: Path) -> Path:
     assert done.returncode == 0, done.stderr
     shutil.move(tmp_path / "stack" / "spark-1", inventory / "spark-1")
     (inventory / "spark-1" / "memory-guard.sh").chmod(0o644)
+    (inventory / "spark-1" / "load-guard.py").chmod(0o644)
     return inventory / "spark-1"
 
 
@@ -109,8 +110,9 @@ def test_an_inventory_holding_a_rendered_stack_is_refused_by_render_and_playbook
     inventory = _copy("single", tmp_path)
     stack = _render_stack_into(inventory, tmp_path)
     said = (
-        f"{stack} holds files `sparkops render` writes (compose.yml, memory-guard.sh, "
-        "serving.env, sparkops-serving.service, stack-record.json), inside the inventory folder "
+        f"{stack} holds files `sparkops render` writes (compose.yml, load-guard.json, "
+        "load-guard.py, memory-guard.sh, serving.env, sparkops-serving.service, "
+        "stack-record.json), inside the inventory folder "
         f"{inventory}: Ansible reads each as an inventory source, runs an executable one "
         "(memory-guard.sh) as an inventory script on this machine, and serving.env holds "
         "secrets in the folder you commit. Remove them from the inventory and render outside "

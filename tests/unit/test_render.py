@@ -47,6 +47,8 @@ def test_single_host_stack(tmp_path):
     assert "WantedBy=multi-user.target" in unit and "docker compose" in unit
     assert sorted(p.name for p in (out / "spark-1").iterdir()) == [
         "compose.yml",
+        "load-guard.json",  # the memory guard through the model load (a GB10 profile)
+        "load-guard.py",
         "memory-guard.sh",
         "serving.env",
         "sparkops-serving.service",

