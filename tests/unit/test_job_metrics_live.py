@@ -7,10 +7,7 @@ binary) scrapes it and loads the kit's rules.
 
 from __future__ import annotations
 
-import json
-import shutil
 import socket
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -19,10 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.plugins.cli import batch_run, finish, sparkops, start, wait_for
 from tests.plugins.fault_server import free_port, hang, write_records
-
-RULES = Path(__file__).resolve().parents[2] / (
-    "ansible/roles/prometheus_watch/files/sparkops-alerts.rules.yml"
-)
+from tests.plugins.prometheus import rule_names, running_prometheus
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset], float] | None:
@@ -122,63 +116,32 @@ def test_a_port_in_use_stops_the_job_before_any_request(fault_server, job):
 
 
 def test_a_real_prometheus_scrapes_the_job_and_loads_the_kits_rules(fault_server, job, tmp_path):
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus is not installed: run `make watch-tools` (Debian's prometheus)"
     write_records(job["input"], 4)
     fault_server.content = "yes"
     fault_server.script("r4", hang())
-    job_port, prom_port = free_port(), free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        json.dumps(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(RULES)],
-                "scrape_configs": [
-                    {
-                        "job_name": "sparkops_job",
-                        "static_configs": [{"targets": [f"127.0.0.1:{job_port}"]}],
-                    }
-                ],
-            }
-        )
-    )
-    prom = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    t0 = time.monotonic()
-    proc = start(*batch_run(job, fault_server.url, extra=("--metrics-port", str(job_port))))
-    api = f"http://127.0.0.1:{prom_port}/api/v1"
-
-    def query(expr: str) -> list:
-        url = f"{api}/query?query={urllib.request.quote(expr)}"
+    job_port = free_port()
+    with running_prometheus(tmp_path, {"sparkops_job": f"http://127.0.0.1:{job_port}"}) as prom:
+        t0 = time.monotonic()
+        proc = start(*batch_run(job, fault_server.url, extra=("--metrics-port", str(job_port))))
         try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                return json.load(answer)["data"]["result"]
-        except OSError:
-            return []
-
-    try:
-        wait_for(
-            lambda: [r["value"][1] for r in query("sparkops_job_records_done_total")] == ["3"],
-            90,
-            "Prometheus to scrape 3 records done from the job",
-        )
-        (up,) = query('up{job="sparkops_job"}')
-        assert up["value"][1] == "1"
-        (running,) = query("sparkops_job_running")
-        assert running["metric"]["job_folder"] == job["out"].name
-        with urllib.request.urlopen(f"{api}/rules", timeout=5) as answer:
-            groups = json.load(answer)["data"]["groups"]
-        assert sum(len(g["rules"]) for g in groups) == 15
-        assert all(r["health"] == "ok" for g in groups for r in g["rules"])
-        fault_server.release()
-        status, _, stderr = finish(proc, t0, 90)
-        assert status == 0, stderr
-    finally:
-        for p in (proc, prom):
-            if p.poll() is None:
-                p.terminate()
-                p.wait(timeout=30)
+            prom.poll(
+                lambda: prom.values("sparkops_job_records_done_total"),
+                lambda done: done == {"sparkops_job": "3"},
+                "3 records done, scraped from the job",
+            )
+            assert prom.values("up") == {"sparkops_job": "1"}
+            (running,) = prom.query("sparkops_job_running")
+            assert running["metric"]["job_folder"] == job["out"].name
+            rules = prom.poll(
+                prom.rules,
+                lambda rules: rules and all(r["health"] == "ok" for r in rules),
+                "the kit's rules loaded and evaluated",
+            )
+            assert len(rules) == 15 and {r["name"] for r in rules} == rule_names()
+            fault_server.release()
+            status, _, stderr = finish(proc, t0, 90)
+            assert status == 0, stderr
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
