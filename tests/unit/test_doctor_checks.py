@@ -44,11 +44,12 @@ ALL = [
     "gpu_driver_errors",
     "memory_fragmentation",
     "host_uptime",
+    "cuda_allocatable",
 ]
 
 
 # The host's own checks (issue 39), which a dead server does not touch.
-HOST = {"gpu_driver_errors", "memory_fragmentation", "host_uptime"}
+HOST = {"gpu_driver_errors", "memory_fragmentation", "host_uptime", "cuda_allocatable"}
 
 
 def load_filter(name: str):
@@ -119,6 +120,7 @@ SETTINGS = playbook_defaults() | {
     "vllm_container": "sparkops-vllm-1",
     "concurrency": "8",
     "drop_caches": True,
+    "gpu_memory_gib": "",  # the inventory plans no GPU memory budget
 }
 
 
@@ -411,7 +413,7 @@ def test_every_check_has_a_fix_when_it_fails():
         "xxhash": {"msg": "docker down"},
         "disk": {"stdout": "0"},
     }
-    summary = preflight(facts, SETTINGS)
+    summary = preflight(facts, SETTINGS | {"gpu_memory_gib": 110})
     assert summary["ok"] is False
     assert [c["name"] for c in summary["checks"]] == ALL
     assert all(not c["ok"] and c["fix"] for c in summary["checks"]), summary

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from sparkops.doctor import checks, host, windows
 from sparkops.doctor.checks import Check
@@ -51,6 +51,8 @@ class Settings(BaseModel):
     max_uptime_days: float
     fragmentation_block_mib: float
     min_high_order_gib: float
+    # the plan's GPU memory budget (vllm_serving_gpu_memory_gib), "" when none is planned
+    gpu_memory_gib: Annotated[float | None, BeforeValidator(lambda v: None if v == "" else v)]
     # the laptop's Windows side through WSL2 interop (doctor/windows.py): "auto" on WSL2 only
     windows: Literal["auto"] | bool
     wsl_autostart_script: str
@@ -181,7 +183,8 @@ def kernel_log(result: Mapping[str, Any] | None) -> tuple[str, str, str]:
 
 
 def host_checks(facts: Mapping[str, Any], settings: Settings) -> list[Check]:
-    """The GPU driver's errors since boot, fragmentation, uptime (doctor/host.py)."""
+    """The GPU driver's errors since boot, fragmentation, uptime, what CUDA can allocate
+    against the plan (doctor/host.py)."""
     source, log, why = kernel_log(facts.get("kernel_log"))
     try:
         page_size = int(_text(facts.get("page_size"), "stdout") or 0)
@@ -196,7 +199,23 @@ def host_checks(facts: Mapping[str, Any], settings: Settings) -> list[Check]:
             settings.min_high_order_gib,
         ),
         host.host_uptime(str(facts.get("uptime") or ""), settings.max_uptime_days),
+        host.cuda_allocatable(cuda_memory(facts), settings.gpu_memory_gib),
     ]
+
+
+def cuda_memory(facts: Mapping[str, Any]) -> host.CudaMemory | None:
+    """What CUDA can allocate, from nvidia-smi's memory.total and compute apps, MemAvailable
+    after the drop, this stack's container's processes (`docker top`) and /health."""
+    pids = frozenset(
+        int(word) for word in _text(facts.get("own_pids"), "stdout").split() if word.isdigit()
+    )
+    return host.cuda_memory(
+        _text(facts.get("gpu_total"), "stdout"),
+        str(facts.get("meminfo") or ""),
+        _text(facts.get("compute_apps"), "stdout"),
+        pids,
+        int((facts.get("health") or {}).get("status", -1)) == 200,
+    )
 
 
 def windows_side(setting: str | bool, kernel: str) -> bool:
