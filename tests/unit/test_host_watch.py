@@ -178,6 +178,23 @@ def test_the_serving_host_is_the_one_whose_deploy_record_the_job_was_given(
     assert deployed_here(job) is True  # batch.yml's --stack-record, the last run's
 
 
+def test_no_serving_container_is_unknown_restarts_not_none(tmp_path: Path) -> None:
+    said: list[str] = []
+    watch = HostWatch(
+        _proc(tmp_path),
+        kernel_log=lambda since, cursor: ("", cursor),
+        containers=dict,  # Docker answered: no vLLM container of a compose stack here
+        warn=said.append,
+        serving_here=True,
+    )
+    reading = watch.record(_job(tmp_path), 1, 0)
+    assert reading is not None and reading.containers is None and reading.nvrm == {}
+    assert said == [
+        "host watch: unknown while this run lasts: container restarts (Docker lists no "
+        "container labelled com.docker.compose.service=vllm)"
+    ]
+
+
 def test_a_reading_that_cannot_be_written_is_a_gap_said_once(tmp_path: Path) -> None:
     said: list[str] = []
     job = _job(tmp_path)
@@ -260,6 +277,14 @@ def test_a_journal_this_user_may_not_read_is_unreadable_not_clean(tmp_path: Path
         journal_kernel_log(0.0, None, journalctl)
     with pytest.raises(Unreadable, match="not found"):
         journal_kernel_log(0.0, None, str(tmp_path / "no-journalctl"))
+    # a host (a container) without journald: no journal, said as such
+    nothing = _stand_in(
+        tmp_path,
+        "journalctl-none",
+        "echo 'No journal files were found.' >&2\necho '-- No entries --'\n",
+    )
+    with pytest.raises(Unreadable, match=r"^journalctl: this host keeps no journal$"):
+        journal_kernel_log(0.0, None, nothing)
 
 
 def test_the_serving_containers_restarts_come_from_docker_inspect(tmp_path: Path) -> None:

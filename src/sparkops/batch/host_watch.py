@@ -52,8 +52,10 @@ HOST_INTERVAL_S = 60.0
 PROBE_TIMEOUT_S = 10.0
 # The compose service the serving stack's vLLM runs as (templates/serving/compose.yml.j2).
 VLLM_SERVICE_LABEL = "com.docker.compose.service=vllm"
-# What journalctl says, on stderr, when this user may not read the system journal.
-NO_JOURNAL_ACCESS = ("not seeing messages", "insufficient permissions", "No journal files")
+# What journalctl says, on stderr, when this user may not read the system journal, and when
+# there is no journal to read (a container without journald).
+NO_JOURNAL_ACCESS = ("not seeing messages", "insufficient permissions")
+NO_JOURNAL = "No journal files were found"
 
 
 class Unreadable(Exception):
@@ -94,6 +96,8 @@ def journal_kernel_log(
             "journalctl: this user may not read the system journal (add it to the "
             "systemd-journal group)"
         )
+    if NO_JOURNAL in done.stderr + done.stdout:
+        raise Unreadable("journalctl: this host keeps no journal")
     if done.returncode != 0:
         raise Unreadable(f"journalctl: {_first_line(done.stderr)}")
     text, _, tail = done.stdout.rpartition("-- cursor: ")
@@ -239,10 +243,16 @@ class HostWatch:
 
     def _containers(self, unknown: dict[str, str]) -> dict[str, dict[str, Any]] | None:
         try:
-            return self.containers()
+            found = self.containers()
         except Unreadable as err:
             unknown["container restarts"] = str(err)
             return None
+        if not found:  # Docker answered, and runs no serving stack here: nothing to count
+            unknown["container restarts"] = (
+                f"Docker lists no container labelled {VLLM_SERVICE_LABEL}"
+            )
+            return None
+        return found
 
     def _say_once(self, key: str, text: str) -> None:
         if key not in self._said:

@@ -269,7 +269,8 @@ def markdown_lines(summary: HostSummary | None) -> list[str]:
     """report.md's host section (nothing for a job from before host.jsonl)."""
     if summary is None:
         return []
-    where = f" ({summary.host}, {summary.readings} readings in host.jsonl)" if summary.host else ""
+    count = f"{summary.readings} reading{'' if summary.readings == 1 else 's'}"
+    where = f" ({summary.host}, {count} in host.jsonl)" if summary.host else ""
     lines = ["", f"Host while the job ran{where}:", ""]
     lines += [f"- {'**' + text + '**' if warns else text}" for text, warns in sentences(summary)]
     if summary.rows:
