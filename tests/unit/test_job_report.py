@@ -157,7 +157,9 @@ def test_objects_where_the_report_has_none_read_empty():
     assert report.finals == {} and report.truncated_answers == {} and report.prefix_steps == {}
     assert report.serving is not None and report.serving.changes == ()
     assert report.serving.kit_version is None and report.serving.capacity is None
-    assert dataclasses.replace(report, prefix_steps=None, serving=None) == JobReport()
+    assert report.host is not None and report.host.readings == 0 and report.host.rows == ()
+    assert report.host.nvrm is None and report.host.server_restarts == {}  # unknown, not none
+    assert dataclasses.replace(report, prefix_steps=None, serving=None, host=None) == JobReport()
     assert "Kit version: None" in markdown(report, "hostile")
 
 
