@@ -10,6 +10,7 @@ roles have their own tests in test_provision.py.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkops.cache import cache_dir
 from tests.plugins.hosts import Host, offline, run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
 from tests.plugins.provision import JOB_USER, Converged, prepare, provision, write_inventory
@@ -34,6 +36,23 @@ TAGS = ("--tags", "sparkops_cli")
 STACK_RECORD = "/etc/sparkops/stack-record.json"  # sparkops_defaults_stack_record
 
 
+def dependency_wheels() -> Path:
+    """The kit's dependencies as wheels, downloaded once per dependency list into the kit's
+    cache folder (a CI caches it): the download was a minute of every run."""
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    key = hashlib.sha256("\n".join([sys.version, *sorted(deps)]).encode()).hexdigest()[:16]
+    wheelhouse = cache_dir() / "testbed" / f"wheelhouse-{key}"
+    if not (wheelhouse / ".complete").is_file():
+        partial = wheelhouse.with_name(f"{wheelhouse.name}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        download = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
+        subprocess.run([*download, "-d", str(partial), *deps], check=True, timeout=600)
+        (partial / ".complete").touch()
+        shutil.rmtree(wheelhouse, ignore_errors=True)
+        partial.rename(wheelhouse)
+    return wheelhouse
+
+
 @pytest.fixture(scope="module")
 def installed(
     systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
@@ -42,11 +61,7 @@ def installed(
     prepare(host)  # the job user; preflight reads the GPU (a stand-in: no GB10 here)
     # The host installs the dependencies from a wheel folder, as an offline Spark would: the
     # test bed's containers cannot verify the machine's TLS-inspecting proxy to reach an index.
-    wheelhouse = tmp_path_factory.mktemp("wheelhouse")
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    download = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
-    subprocess.run([*download, "-d", str(wheelhouse), *deps], check=True, timeout=600)
-    run_docker("cp", str(wheelhouse), f"{host.id}:{WHEELHOUSE}")
+    run_docker("cp", str(dependency_wheels()), f"{host.id}:{WHEELHOUSE}")
     # The wheel is built from a snapshot of the checkout: the role rebuilds from its source
     # folder on every run, and other work may edit the checkout between two converges.
     source = tmp_path_factory.mktemp("checkout")
