@@ -42,6 +42,7 @@ MEASURED: dict[str, float] = {
     "tests/infra/test_deploy_images.py": 143,
     "tests/infra/test_deploy_model_copy.py": 130,
     "tests/integration/test_local_vllm.py": 125,
+    "tests/infra/test_prometheus_watch.py": 120,  # alone, 2026-12-07 (others' load)
     "tests/integration/test_gemma4_cpu.py": 93,  # alone, 2026-12-03 (others' load)
     "tests/infra/test_pp_serving.py": 104,
     "tests/infra/test_deploy_ray.py": 85,
