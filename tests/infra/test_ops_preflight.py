@@ -43,6 +43,7 @@ ALL_CHECKS = {
     "gpu_driver_errors",
     "memory_fragmentation",
     "host_uptime",
+    "cuda_allocatable",
 }
 
 
