@@ -129,17 +129,7 @@ def let_go(run: Run) -> None:
             os.unlink(path)
 
 
-def spare_from_oom_killers() -> None:
-    """Ask the kernel's OOM killer and earlyoom (which skips oom_score_adj -1000 since 1.6) to
-    pass over this process: memory runs short exactly while a model loads, and a killed holder
-    ends the run's lock mid-play (the next renewal found no owner file). It holds a few MiB.
-    Only root may lower the score; elsewhere the holder goes on as an ordinary process."""
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
-        handle.write("-1000")
-
-
 def hold(run: Run) -> int:
-    spare_from_oom_killers()
     fd = os.open(run.lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if not take(run, fd):
