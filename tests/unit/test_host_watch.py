@@ -23,8 +23,11 @@ from sparkops.batch.host_watch import (
     journal_kernel_log,
 )
 from sparkops.batch.sampler import Sampler
+from sparkops.jobdir import lines
+from sparkops.jobdir.run import JobRun
 from sparkops.jobdir.serving_lines import ServingStart
 from sparkops.metrics.host import HOST_FILE
+from tests.plugins.job_dir import manifest
 
 DATA = Path(__file__).parent / "data"
 HUNG = (DATA / "gb10_nvrm_hang.log").read_text()
@@ -207,15 +210,22 @@ def test_a_reading_that_cannot_be_written_is_a_gap_said_once(tmp_path: Path) -> 
     assert len(said) == 1 and said[0].startswith("host watch: a reading was not written (")
 
 
-def test_an_earlier_jobs_readings_are_set_aside_when_a_job_starts_over(tmp_path: Path) -> None:
-    job = _job(tmp_path)
-    (job / HOST_FILE).write_text('{"t": 1.0, "run": 4}\n')  # left by the job before --restart
-    HostWatch(_proc(tmp_path), serving_here=False).record(job, 1, 0)
-    kept = list(job.glob(f"previous-*/{HOST_FILE}"))
-    assert len(kept) == 1 and kept[0].read_text() == '{"t": 1.0, "run": 4}\n'
+def test_an_earlier_jobs_readings_go_aside_with_its_other_files_on_restart(tmp_path: Path) -> None:
+    """One `previous-<time>/` holds the whole earlier job, its host readings too (CI saw a
+    second folder made for host.jsonl alone)."""
+    job = tmp_path / "job"
+    with JobRun.open(job, manifest(), key_field="id") as run:
+        run.log(lines.RunEvent("start", run.number, 1.0))
+        HostWatch(_proc(tmp_path), serving_here=False).record(job, run.number, 0)
+    with JobRun.open(job, manifest(), key_field="id", restart=True) as run:
+        assert run.number == 1
+        run.log(lines.RunEvent("start", run.number, 2.0))
+        HostWatch(_proc(tmp_path), serving_here=False).record(job, run.number, 0)
+    (backup,) = job.glob("previous-*")
+    assert {p.name for p in backup.iterdir()} >= {HOST_FILE, "manifest.json", "runs.jsonl"}
     assert [line["run"] for line in _lines(job)] == [1]
-    # a later run of the same job appends
-    HostWatch(_proc(tmp_path), serving_here=False).record(job, 2, 0)
+    with JobRun.open(job, manifest(), key_field="id") as run:  # a later run appends
+        HostWatch(_proc(tmp_path), serving_here=False).record(job, run.number, 0)
     assert [line["run"] for line in _lines(job)] == [1, 2]
 
 

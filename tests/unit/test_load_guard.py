@@ -24,6 +24,7 @@ from sparkops.plan.load_guard import Guard, Settings, rendered_settings
 from sparkops.profiles import load_profile
 from sparkops.profiles.load import parse_profile
 from sparkops.render import render_inventory
+from sparkops.render.templates import CLI_HEADER
 from tests.plugins.inventories import make_inventory
 
 MEMORY = Path(__file__).resolve().parents[1] / "fixtures" / "memory"
@@ -206,7 +207,10 @@ def test_the_unit_starts_the_rendered_guard_which_runs_on_the_host_s_python(
         "ExecStopPost=-/bin/sh -c 'systemctl stop sparkops-load-guard.service 2>/dev/null "
         "|| true'\n" in unit
     )
-    assert (host / "load-guard.py").read_text() == Path(load_guard.__file__).read_text()
+    script = (host / "load-guard.py").read_text()
+    header = f"#\n# {CLI_HEADER}\n#\n"
+    assert script.startswith("#!/usr/bin/env python3\n" + header)  # managed, as every file
+    assert script.replace(header, "", 1) == Path(load_guard.__file__).read_text()  # the module
     settings = json.loads((host / "load-guard.json").read_text())
     assert settings == {
         "memfree_bar_bytes": 8 * GIB,

@@ -179,16 +179,14 @@ class HostWatch:
 
     def record(self, directory: Path, run: int, done: int | None) -> HostReading | None:
         """Take a reading and append it to DIR/host.jsonl; None when it could not be written
-        (a gap, said once: the job goes on). The first reading of a job's first run sets a
-        host.jsonl left by an earlier job (`--restart`) aside, as the job's other files are."""
-        first, self._last = self._last is None, self.clock()
+        (a gap, said once: the job goes on). An earlier job's host.jsonl is not this one's
+        concern: `--restart` sets it aside with the job's other files (folder.JOB_FILES)."""
+        self._last = self.clock()
         if self.serving_here is None:
             self.serving_here = deployed_here(directory)
         reading = self.read(directory, run, done)
         path = directory / HOST_FILE
         try:
-            if first and run == 1 and path.exists():  # an earlier job's: run 1 took none yet
-                folder.set_aside(directory, (HOST_FILE,))
             append_json(path, reading.to_json())
         except (OSError, JobStopped) as err:
             self._say_once("write", f"host watch: a reading was not written ({err})")

@@ -43,6 +43,7 @@ from sparkops.jobdir.durable import (
     write_text_atomic,
 )
 from sparkops.jobdir.pipeline_copy import COPY_DIR
+from sparkops.metrics.host import HOST_FILE
 
 RESULTS = "results.jsonl"
 MANIFEST = "manifest.json"
@@ -55,9 +56,10 @@ SERVING = "serving.jsonl"  # batch/serving.py: what served the job
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 PLOT = "throughput.png"
-# the job's files, which --restart sets aside (COPY_DIR: the saved pipeline, a folder)
+# the job's files, which --restart sets aside together into one previous-<time>/ (COPY_DIR:
+# the saved pipeline, a folder; HOST_FILE: batch/host_watch.py's readings of the host)
 JOB_FILES: tuple[str, ...] = (RESULTS, MANIFEST, PREFIX, RUNS, TIMELINE, META, SERVING, PLOT)
-JOB_FILES += (REPORT_JSON, REPORT_MD, COPY_DIR)
+JOB_FILES += (REPORT_JSON, REPORT_MD, COPY_DIR, HOST_FILE)
 
 
 @dataclass(frozen=True)

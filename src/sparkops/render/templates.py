@@ -103,10 +103,12 @@ def _ray_command(stack: HostStack) -> str:
     return "exec /opt/sparkops/ray-start.sh"
 
 
-def load_guard_files(settings: dict[str, Any]) -> list[RenderedFile]:
+def load_guard_files(settings: dict[str, Any], managed_header: str) -> list[RenderedFile]:
     """The load guard as the host runs it: the module itself (standard library only, run by
-    the host's python3) and its settings beside it."""
-    script = Path(load_guard.__file__).read_text(encoding="utf-8")
+    the host's python3), with the managed header under its shebang like every other rendered
+    file, and its settings beside it (JSON: no comments)."""
+    shebang, rest = Path(load_guard.__file__).read_text(encoding="utf-8").split("\n", 1)
+    script = f"{shebang}\n{_comment(managed_header)}\n{rest}"
     text = json.dumps(settings, indent=2, sort_keys=True) + "\n"
     return [
         RenderedFile("load-guard.py", script, 0o755),
@@ -139,7 +141,7 @@ def render_host(stack: HostStack, managed_header: str = CLI_HEADER) -> list[Rend
         RenderedFile(out, env.get_template(src).render(context), mode) for src, out, mode in plan
     ]
     if guarding is not None:
-        files += load_guard_files(guarding)
+        files += load_guard_files(guarding, managed_header)
     # what was deployed, for the batch job's serving record (render/record.py; no secrets)
     files.append(RenderedFile(STACK_RECORD, stack_record_json(stack), 0o644))
     return files
