@@ -33,7 +33,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sparkops.jobunit.unit import UnitSpecError, environment_line, exec_line
+from sparkops.jobunit.unit import UnitSpecError, exec_line, identity_lines
 
 SERVE_UNIT = "sparkops-openai-batch.service"
 VARIABLE_PREFIX = "sparkops_cli_batch_api_"
@@ -147,12 +147,8 @@ def render_serve_unit(spec: ServeUnit) -> str:
         "",
         "[Service]",
         "Type=exec",
-        f"User={spec.user}",
-        "UMask=0077",
+        *identity_lines(spec.user, spec.environment, spec.env_file),
     ]
-    unit += [environment_line(k, v) for k, v in spec.environment.items()]
-    if spec.env_file:
-        unit.append(f"EnvironmentFile={spec.env_file}")
     unit += [
         f"ExecStart={exec_line(serve_argv(spec))}",
         "Restart=on-failure",

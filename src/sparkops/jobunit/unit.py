@@ -155,6 +155,14 @@ def environment_line(key: str, value: str) -> str:
     return "Environment=" + quote_arg(f"{key}={value}").replace("$$", "$")
 
 
+def identity_lines(user: str, environment: dict[str, str], env_file: str) -> list[str]:
+    """Who a kit unit runs as and with what environment: the job user (never root, checked by
+    its spec), private files (UMask), the kit's environment and the root-only key file."""
+    lines = [f"User={user}", "UMask=0077"]
+    lines += [environment_line(k, v) for k, v in environment.items()]
+    return lines + ([f"EnvironmentFile={env_file}"] if env_file else [])
+
+
 def wait_argv(spec: JobUnit) -> list[str]:
     """`sparkops batch wait-ready`: every endpoint answers a chat completion, bounded."""
     argv = [spec.command, "batch", "wait-ready", "--within", str(spec.serving_wait_s)]
@@ -204,10 +212,7 @@ def render_unit(spec: JobUnit) -> str:
         unit.append(f"OnFailure={spec.notify_unit}")
     quote_arg(spec.out)  # refuses a line break before it reaches the file
     unit += [f"{JOB_NAME_KEY}={spec.name}", f"{JOB_DIR_KEY}={spec.out}", "", "[Service]"]
-    unit += ["Type=exec", f"User={spec.user}", "UMask=0077"]
-    unit += [environment_line(k, v) for k, v in spec.environment.items()]
-    if spec.env_file:
-        unit.append(f"EnvironmentFile={spec.env_file}")
+    unit += ["Type=exec", *identity_lines(spec.user, spec.environment, spec.env_file)]
     unit += [
         f"ExecStartPre={exec_line(wait_argv(spec))}",
         f"ExecStart={exec_line(spec.run_argv)}",
@@ -233,12 +238,8 @@ def render_notify_unit(spec: JobUnit) -> str:
         "",
         "[Service]",
         "Type=oneshot",
-        f"User={spec.user}",
-        "UMask=0077",
+        *identity_lines(spec.user, spec.environment, spec.env_file),
     ]
-    unit += [environment_line(k, v) for k, v in spec.environment.items()]
-    if spec.env_file:
-        unit.append(f"EnvironmentFile={spec.env_file}")
     unit += [f"ExecStart={exec_line(notify_argv(spec, on_failure=True), prefix='-')}", ""]
     return "\n".join(unit)
 
