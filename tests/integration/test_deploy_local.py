@@ -63,16 +63,6 @@ class Proc:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
 
-def half_the_cores() -> list[str | None]:
-    """VLLM_CPU_OMP_THREADS_BIND for two replicas on one machine: two OMP pools spinning on
-    the same cores starve each other, so each gets its own half (none with a single core)."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return [None, None]
-    half = len(cpus) // 2
-    return [",".join(map(str, cpus[:half])), ",".join(map(str, cpus[half:]))]
-
-
 def _read_env_file(path: Path) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
     return {k: v for k, v in pairs if not k.startswith("#")}
@@ -175,81 +165,6 @@ def procs() -> Iterator[list[Proc]]:
             proc.stop()
 
 
-def test_single_node_cpu_tiny_stack_answers(tmp_path, procs):
-    model = ensure_tiny_model()
-    port = free_ports(1)
-    inventory = make_inventory(
-        tmp_path / "inv",
-        "single",
-        vllm_serving_profile="cpu-tiny",
-        vllm_serving_model_dir=str(model),
-        vllm_serving_gpus=False,
-        vllm_serving_port=port,
-    )
-    render_inventory(inventory, tmp_path / "out")
-    procs.append(start_rendered_vllm(tmp_path / "out" / "spark-1", tmp_path))
-    wait_ready(procs, "/health")
-    answer = chat(procs[0].url, "tiny")
-    assert answer["model"] == "tiny"
-    assert answer["usage"]["completion_tokens"] >= 1
-    # the profile's --enable-prompt-tokens-details: per-call cached tokens for the report
-    assert isinstance(answer["usage"]["prompt_tokens_details"]["cached_tokens"], int)
-    snapshot = fetch_metrics(procs[0].url)
-    assert snapshot.prompt_tokens >= answer["usage"]["prompt_tokens"]
-
-
-def test_data_parallel_pair_behind_litellm(tmp_path, procs):
-    model = ensure_tiny_model()
-    base = free_ports(3)
-    inventory = make_inventory(
-        tmp_path / "inv",
-        "data-parallel",
-        vllm_serving_profile="cpu-tiny",
-        vllm_serving_model_dir=str(model),
-        vllm_serving_gpus=False,
-        vllm_serving_bind_address="127.0.0.1",
-        litellm_router_health_check_interval=5,
-    )
-    # Both "Sparks" are this machine: distinct ports, and half the cores each.
-    for i, (host, bind) in enumerate(zip(("spark-1", "spark-2"), half_the_cores(), strict=True)):
-        folder = inventory / "host_vars" / host
-        folder.mkdir(parents=True)
-        host_vars = {"ansible_host": "127.0.0.1", "vllm_serving_port": base + i}
-        if bind:
-            host_vars["vllm_serving_extra_env"] = {"VLLM_CPU_OMP_THREADS_BIND": bind}
-        (folder / "serving.yml").write_text(yaml.safe_dump(host_vars))
-    out = tmp_path / "out"
-    render_inventory(inventory, out)
-    backends = [start_rendered_vllm(out / host, tmp_path) for host in ("spark-1", "spark-2")]
-    procs.extend(backends)
-    # As deploy.yml does: replicas healthy first. A router whose first background health check
-    # finds them still starting puts both in cooldown and answers 429 for cooldown_time.
-    wait_ready(backends, "/health")
-    router = start_rendered_router(out / "spark-1", tmp_path, base + 2)
-    procs.append(router)
-    wait_ready([router], "/health/readiness", timeout=120)
-    key = _read_env_file(out / "spark-1" / "router.env")["LITELLM_MASTER_KEY"]
-
-    with pytest.raises(urllib.error.HTTPError) as denied:
-        chat(router.url, "tiny", key="sk-wrong")
-    assert denied.value.code in (400, 401, 403)
-
-    before = [fetch_metrics(b.url).prompt_tokens for b in backends]
-    for _ in range(12):
-        assert chat(router.url, "tiny", key)["choices"]
-    after = [fetch_metrics(b.url).prompt_tokens for b in backends]
-    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
-    # the router passes vLLM's `structured_outputs` on to the replicas: the kit's probe (one
-    # allowed word the prompt does not ask for, a one-value JSON object) is held every time
-    assert _probes_through(router.url, key) == [None] * 6
-
-    backends[1].stop()
-    time.sleep(12)  # two background health-check intervals: the router notices the loss
-    for _ in range(8):
-        assert chat(router.url, "tiny", key)["choices"]
-    assert fetch_metrics(backends[0].url).prompt_tokens > after[0]
-
-
 def test_the_rendered_router_passes_the_constraint_on_to_the_replicas(
     tmp_path, procs, fault_server_factory
 ):
@@ -303,9 +218,14 @@ def test_the_rendered_router_passes_the_constraint_on_to_the_replicas(
     assert arrived == [{"choice": ["yes", "Yes", "YES", "no", "No", "NO"]}] * 6
 
 
-def test_data_parallel_over_three_replicas_follows_the_inventory(tmp_path, procs):
+def test_data_parallel_over_three_replicas_behind_litellm(tmp_path, procs):
     """More than two Sparks (issue 12): three replicas from one inventory, every one behind the
-    router and in the client's endpoints, and every one serving (all on this machine)."""
+    router and in the client's endpoints, every one serving (all on this machine), the router
+    holding the constraint on to them and riding out the loss of one.
+
+    One test for what were three (a single node, a pair, three replicas): each started its
+    own vLLM-CPU servers, minutes of the suite's time. A replica is rendered from the same
+    serving template as a single Spark, so the single node's checks run on the first."""
     model = ensure_tiny_model()
     base = free_ports(4)
     inventory = make_inventory(
@@ -339,18 +259,38 @@ def test_data_parallel_over_three_replicas_follows_the_inventory(tmp_path, procs
     assert urls == [f"http://127.0.0.1:{base + i}/v1" for i in range(3)]
     backends = [start_rendered_vllm(out / host, tmp_path) for host in names]
     procs.extend(backends)
+    # As deploy.yml does: replicas healthy first. A router whose first background health check
+    # finds them still starting puts them in cooldown and answers 429 for cooldown_time.
     wait_ready(backends, "/health")
     for url in urls:  # what the batch client is given: each replica answers
-        assert chat(url.removesuffix("/v1"), "tiny")["choices"]
+        answer = chat(url.removesuffix("/v1"), "tiny")
+        assert answer["model"] == "tiny" and answer["usage"]["completion_tokens"] >= 1
+        # the profile's --enable-prompt-tokens-details: per-call cached tokens for the report
+        assert isinstance(answer["usage"]["prompt_tokens_details"]["cached_tokens"], int)
     router = start_rendered_router(out / "spark-1", tmp_path, base + 3)
     procs.append(router)
     wait_ready([router], "/health/readiness", timeout=120)
     key = _read_env_file(out / "spark-1" / "router.env")["LITELLM_MASTER_KEY"]
+
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        chat(router.url, "tiny", key="sk-wrong")
+    assert denied.value.code in (400, 401, 403)
+
     before = [fetch_metrics(b.url).prompt_tokens for b in backends]
     for _ in range(24):
         assert chat(router.url, "tiny", key)["choices"]
     after = [fetch_metrics(b.url).prompt_tokens for b in backends]
     assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+    # the router passes vLLM's `structured_outputs` on to the replicas: the kit's probe (one
+    # allowed word the prompt does not ask for, a one-value JSON object) is held every time
+    assert _probes_through(router.url, key) == [None] * 6
+
+    backends[2].stop()
+    time.sleep(12)  # two background health-check intervals: the router notices the loss
+    held = [fetch_metrics(b.url).prompt_tokens for b in backends[:2]]
+    for _ in range(8):
+        assert chat(router.url, "tiny", key)["choices"]
+    assert sum(fetch_metrics(b.url).prompt_tokens for b in backends[:2]) > sum(held)
 
 
 def test_pipeline_parallel_two_stages_on_one_cpu_node(tmp_path, procs):
