@@ -174,10 +174,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-        if self.path.endswith("/completions") and body.get("max_tokens") == 1:
-            # the check request (the job unit's wait for serving, the client's own check)
+        held = body.get("structured_outputs") or {}
+        probe = body.get("messages") == [{"role": "user", "content": "Say hello."}]
+        if self.path.endswith("/completions") and (body.get("max_tokens") == 1 or probe):
+            # the check request (the job unit's wait for serving, the client's own check), and
+            # the structured-output probe, answered held (else 3 tries of 120 s each)
+            said = held["choice"][0] if "choice" in held else json.dumps({"fruit": "kumquat"})
             answer = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant",
-                                 "content": "OK"}, "finish_reason": "stop"}]}).encode()
+                                 "content": "OK" if not probe else said},
+                                 "finish_reason": "stop"}]}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(answer)))
