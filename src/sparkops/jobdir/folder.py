@@ -94,6 +94,10 @@ class JobDir:
         return self.path / SERVING
 
     @property
+    def host(self) -> Path:
+        return self.path / HOST_FILE
+
+    @property
     def prefix(self) -> Path:
         return self.path / PREFIX
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkops.jobdir.durable import iter_json_lines
-from sparkops.metrics.host import HIGH_ORDER_MIB, HOST_FILE, HostReading, HostRow, HostSummary
+from sparkops.jobdir.folder import JobDir
+from sparkops.metrics.host import HIGH_ORDER_MIB, HostReading, HostRow, HostSummary
 from sparkops.metrics.timeline import COUNTERS, TimelineSample
 from sparkops.units import GIB
 
@@ -30,7 +31,7 @@ TABLE_ROWS = 12
 
 def load_readings(directory: Path) -> list[HostReading]:
     """host.jsonl's readings in time order (a line that cannot be read is skipped)."""
-    found = (HostReading.from_json(obj) for obj in iter_json_lines(directory / HOST_FILE))
+    found = (HostReading.from_json(obj) for obj in iter_json_lines(JobDir(directory).host))
     return sorted((r for r in found if r is not None), key=lambda r: r.t)
 
 
