@@ -19,10 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.test_sparkops_cli_role import VENV, installed  # noqa: F401 (the fixture)
+from tests.infra.test_sparkops_cli_role import (  # noqa: F401 (kit_installed: the fixture)
+    VENV,
+    Installed,
+    kit_installed,
+)
 from tests.plugins.hosts import READY_STATES, Host, run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
-from tests.plugins.provision import JOB_USER, Converged
+from tests.plugins.provision import JOB_USER
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(2400)]
 
@@ -60,9 +64,9 @@ def _unit_file(name: str, exec_start: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bed(installed: Converged) -> Converged:  # noqa: F811 (the imported fixture)
+def bed(kit_installed: Installed) -> Installed:  # noqa: F811 (the imported fixture)
     """The installed host with the serving stand-in and the receiver, both enabled."""
-    host = installed.host
+    host = kit_installed.host
     run_docker("cp", str(SERVER), f"{host.id}:/usr/local/lib/fake-serving.py")
     host.exec("mkdir -p /var/lib/fake-serving /var/lib/receiver", check=True)
     host.exec(["tee", "/usr/local/lib/receiver.py"], input=RECEIVER, check=True)
@@ -75,7 +79,7 @@ def bed(installed: Converged) -> Converged:  # noqa: F811 (the imported fixture)
                   check=True)  # fmt: skip
     host.exec("systemctl daemon-reload && systemctl enable --now sparkops-serving receiver",
               check=True)  # fmt: skip
-    return installed
+    return kit_installed
 
 
 def set_mode(host: Host, mode: str) -> None:
@@ -99,7 +103,7 @@ def job_vars(name: str, **more: object) -> dict:
     }
 
 
-def batch(bed: Converged, extra: dict, *args: str) -> PlaybookRun:
+def batch(bed: Installed, extra: dict, *args: str) -> PlaybookRun:
     return run_playbook("batch.yml", bed.inventory, *args, extra_vars=extra, timeout=600)
 
 

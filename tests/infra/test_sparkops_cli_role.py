@@ -18,6 +18,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -53,10 +54,10 @@ def dependency_wheels() -> Path:
     return wheelhouse
 
 
-@pytest.fixture(scope="module")
-def installed(
+def prepare_kit_host(
     systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
-) -> Converged:
+) -> tuple[Host, Path]:
+    """A fresh amd64 host ready for the sparkops_cli role, and its inventory (nothing run)."""
     host = systemd_host(arch="amd64")
     prepare(host)  # the job user; preflight reads the GPU (a stand-in: no GB10 here)
     # The host installs the dependencies from a wheel folder, as an offline Spark would: the
@@ -79,6 +80,34 @@ def installed(
             "sparkops_cli_batch_api": True,
         },
     )
+    return host, inventory
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A host the role installed the kit on, in one converge (for other modules' tests)."""
+
+    host: Host
+    inventory: Path
+
+
+@pytest.fixture(scope="module")
+def kit_installed(
+    systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
+) -> Installed:
+    """One converge: the check-mode run and the second converge are this module's tests, not
+    every module's that needs the kit on a host (test_batch_unit.py)."""
+    host, inventory = prepare_kit_host(systemd_host, tmp_path_factory)
+    first = provision(inventory, *TAGS)
+    assert first.rc == 0, first.output[-4000:]
+    return Installed(host, inventory)
+
+
+@pytest.fixture(scope="module")
+def installed(
+    systemd_host: Callable[..., Host], tmp_path_factory: pytest.TempPathFactory
+) -> Converged:
+    host, inventory = prepare_kit_host(systemd_host, tmp_path_factory)
     check = provision(inventory, "--check", "--diff", *TAGS)
     assert check.rc == 0, check.output[-4000:]
     untouched = host.exec(f"ls -d {VENV} /usr/local/bin/sparkops 2>&1").stdout

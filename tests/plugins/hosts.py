@@ -155,11 +155,16 @@ VLLM_CPU_DOCKERFILE = Path(__file__).resolve().parents[2] / "docker" / "vllm-cpu
 
 @pytest.fixture(scope="module")
 def vllm_cpu_runtime_image(docker_engine) -> str:
+    """docker/vllm-cpu with INSTALL_VLLM=0 (build_vllm_cpu_runtime_image: built once, by tag)."""
+    return build_vllm_cpu_runtime_image()
+
+
+def build_vllm_cpu_runtime_image() -> str:
     """docker/vllm-cpu with INSTALL_VLLM=0: Debian + libnuma/libgomp, the venv comes mounted.
 
     Built FROM the test bed's keyed base image (`make testbed`), and tagged with a key of that
     base and the Dockerfile, so an edited Dockerfile is never tested through a stale image and
-    every test that runs vLLM-CPU in a container shares one build."""
+    every test that runs vLLM-CPU in a container shares one build (so does benchmarks/soak.py)."""
     base = image_ref("amd64")
     if run_docker("image", "inspect", base, check=False).returncode:
         pytest.fail(f"{base} is missing: run `make testbed`", pytrace=False)
@@ -202,13 +207,14 @@ def containers_on_network(
         run_docker("network", "rm", network, check=False, timeout=timeout)
 
 
-def start_host(arch: str, docker_inside: bool) -> Host:
-    """Start one host container and wait until systemd reports running or degraded."""
+def start_host(arch: str, docker_inside: bool, extra_flags: Sequence[str] = ()) -> Host:
+    """Start one host container and wait until systemd reports running or degraded;
+    `extra_flags` go to `docker run` (benchmarks/soak.py mounts the job's own filesystem)."""
     image = image_ref(arch)
     if run_docker("image", "inspect", image, check=False).returncode:
         pytest.fail(f"Test-host image {image} is missing; {FIX_TESTBED}", pytrace=False)
     name = f"sparkops-test-{arch}-{secrets.token_hex(4)}"
-    flags = [*SYSTEMD_FLAGS, *(DOCKER_FLAGS if docker_inside else ())]
+    flags = [*SYSTEMD_FLAGS, *(DOCKER_FLAGS if docker_inside else ()), *extra_flags]
     # The label lets a person find hosts a killed session left behind (clean-up here is by id).
     label = f"--label=org.sparkops.testbed={arch}"
     run = run_docker(
@@ -241,13 +247,15 @@ def start_host(arch: str, docker_inside: bool) -> Host:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def systemd_host(docker_engine: str) -> Iterator[Callable[..., Host]]:
     """Factory: ``systemd_host(arch="amd64", docker=False) -> Host``, a booted systemd host.
 
     Each call starts a new container (arm64 boots take tens of seconds: share hosts through
     module-scoped fixtures). With ``docker=True`` the host may run its own Docker engine. Every
-    container started is removed with its volumes at session end, by id.
+    container started is removed with its volumes when its test module ends, by id: kept to
+    the session's end, a full run had 13 booted hosts (some with their own Docker engine)
+    running beside the modules still to come, and every later module ran slower.
     """
     started: list[Host] = []
 
