@@ -24,36 +24,50 @@ from typing import Any
 import pytest
 
 # Seconds per module (setup, calls, teardown), from a clean clone's junit XML on the 2-core dev
-# VM, 2026-12-02 15:30 UTC, after the Ansible preload callback (load average 2 to 7; only the
-# order matters). test_pp_serving is its run alone in the main checkout (104 s with the Ray
-# refusal test, which the clone's run left out: docs/development.md). Modules over about 40 s.
+# VM, 2026-12-07 14:07-15:42 UTC (pytest 94.6 min, loaded by two other modules run beside it;
+# only the order matters). Modules over about 60 s.
 MEASURED: dict[str, float] = {
-    "tests/infra/test_deploy_converge.py": 579,
-    "tests/infra/test_sparkops_cli_role.py": 531,
-    "tests/integration/test_deploy_local.py": 325,
-    "tests/infra/test_provision_runtime.py": 296,
-    "tests/integration/test_batch.py": 289,
-    "tests/infra/test_provision_daemon.py": 281,
-    "tests/infra/test_provision_pair.py": 262,
-    "tests/integration/test_batch_fate.py": 205,
-    "tests/infra/test_provision_arm64.py": 150,
-    "tests/infra/test_provision.py": 149,
-    "tests/integration/test_batch_stall.py": 149,
-    "tests/infra/test_deploy_images.py": 143,
-    "tests/infra/test_deploy_model_copy.py": 130,
-    "tests/integration/test_local_vllm.py": 125,
-    "tests/infra/test_prometheus_watch.py": 120,  # alone, 2026-12-07 (others' load)
-    "tests/integration/test_gemma4_cpu.py": 93,  # alone, 2026-12-03 (others' load)
-    "tests/infra/test_pp_serving.py": 104,
-    "tests/infra/test_deploy_ray.py": 85,
-    "tests/infra/test_ops_preflight.py": 79,
-    "tests/integration/test_install_wheel.py": 61,
-    "tests/integration/test_openai_batch.py": 61,
-    "tests/integration/test_real_model.py": 58,
-    "tests/infra/test_ops_status.py": 57,
-    "tests/integration/test_deploy_ansible.py": 43,
-    "tests/integration/test_batch_faults.py": 42,
-    "tests/unit/test_render_mistakes.py": 42,
+    "tests/infra/test_deploy_converge.py": 981,
+    "tests/infra/test_batch_unit.py": 776,  # with kit_installed (one converge), 2026-12-07
+    "tests/infra/test_sparkops_cli_role.py": 682,
+    "tests/infra/test_soak.py": 520,  # its first runs, beside other suites, 2026-12-07
+    "tests/infra/test_provision_runtime.py": 514,
+    "tests/integration/test_batch.py": 502,
+    "tests/integration/test_real_model.py": 499,
+    "tests/infra/test_provision_daemon.py": 418,
+    "tests/infra/test_provision_pair.py": 363,
+    "tests/integration/test_constrained.py": 313,
+    "tests/infra/test_provision.py": 304,
+    "tests/integration/test_deploy_local.py": 299,
+    "tests/infra/test_serving_restart_guards.py": 268,
+    "tests/infra/test_pp_serving.py": 256,
+    "tests/integration/test_batch_fate.py": 255,
+    "tests/infra/test_provision_arm64.py": 251,
+    "tests/infra/test_serving_start_guards.py": 247,
+    "tests/integration/test_job_inputs.py": 186,
+    "tests/infra/test_ops_preflight.py": 177,
+    "tests/infra/test_deploy_model_copy.py": 176,
+    "tests/integration/test_batch_stall.py": 171,
+    "tests/unit/test_inventory_harm.py": 169,
+    "tests/integration/test_local_vllm.py": 167,
+    "tests/infra/test_preflight_host.py": 140,
+    "tests/infra/test_provision_pid1.py": 138,
+    "tests/unit/test_digest.py": 134,
+    "tests/integration/test_install_wheel.py": 125,
+    "tests/integration/test_deploy_ansible.py": 117,
+    "tests/unit/test_compare_gold.py": 116,
+    "tests/infra/test_prometheus_watch.py": 111,
+    "tests/integration/test_batch_files.py": 108,
+    "tests/unit/test_cli_conventions.py": 106,
+    "tests/unit/test_render_mistakes.py": 86,
+    "tests/integration/test_openai_batch.py": 84,
+    "tests/integration/test_batch_faults.py": 84,
+    "tests/infra/test_ops_status.py": 83,
+    "tests/integration/test_serving_record.py": 83,
+    "tests/integration/test_batch_api.py": 79,
+    "tests/infra/test_deploy_images.py": 74,
+    "tests/integration/test_gemma4_cpu.py": 74,
+    "tests/infra/test_host_lock_wait.py": 69,
 }
 
 FOLDER_RANK = {"tests/infra": 2, "tests/integration": 1}
