@@ -7,6 +7,7 @@ topology is spelt once.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
@@ -64,3 +65,26 @@ def make_inventory(root: Path, topology: str, **extra_vars) -> Path:
         yaml.safe_dump({**group_vars, **extra_vars})
     )
     return root
+
+
+def local_serving_inventory(inventory: Path, **serving: object) -> Path:
+    """inventory/local/ (this machine, its Docker engine, over a local connection) in
+    `inventory`, group_vars/all/serving.yml overridden by `serving`: what benchmarks/soak.py
+    runs deploy.yml against (test_deploy_converge.py's local_stack still spells it out)."""
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    # deploy.yml checks the inventory first: the topology of inventory/local/.
+    hosts = {
+        "all": {
+            "vars": {"sparkops_topology": "local"},
+            "children": {"sparks": {"hosts": {"localhost": host}}},
+        }
+    }
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    repo = Path(__file__).resolve().parents[2]
+    settings = yaml.safe_load(
+        (repo / "inventory" / "local" / "group_vars" / "all" / "serving.yml").read_text()
+    )
+    settings.update(serving)
+    (inventory / "group_vars" / "all" / "serving.yml").write_text(yaml.safe_dump(settings))
+    return inventory
