@@ -40,7 +40,6 @@ from sparkops.jobdir import folder, serving_lines
 from sparkops.jobdir.durable import append_json
 from sparkops.metrics.host import (
     HIGH_ORDER_MIB,
-    HOST_FILE,
     HostReading,
     buddy_free,
     driver_errors,
@@ -185,7 +184,7 @@ class HostWatch:
         if self.serving_here is None:
             self.serving_here = deployed_here(directory)
         reading = self.read(directory, run, done)
-        path = directory / HOST_FILE
+        path = folder.JobDir(directory).host
         try:
             append_json(path, reading.to_json())
         except (OSError, JobStopped) as err:
