@@ -331,12 +331,9 @@ def inject(kind: str, host: Host, serving: Serving) -> None:
 
 
 # ---- the run -----------------------------------------------------------------------------------
-def finished(host: Host) -> bool:
-    status = job_status(host)
-    return bool(status and status.get("complete")) and unit_state(host).get("ActiveState") in (
-        "inactive",
-        "failed",
-    )
+def stopped(host: Host) -> bool:
+    """Whether the job's unit has stopped (with a complete folder: the job has finished)."""
+    return unit_state(host).get("ActiveState") in ("inactive", "failed")
 
 
 def drive(
@@ -357,7 +354,7 @@ def drive(
         if open_fault and open_fault.ended_s is not None and done > open_fault.done_after_end:
             open_fault.resumed_s = soak.elapsed()
             open_fault = None
-        if status and status.get("complete") and finished(host):
+        if status and status.get("complete") and stopped(host):
             soak.finished_s = soak.elapsed()
             return
         kind = None if open_fault else next_fault(soak, done)
