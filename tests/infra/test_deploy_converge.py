@@ -43,7 +43,7 @@ from tests.plugins.hosts import run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook, start_playbook
 from tests.plugins.vllm_server import mounted_venv_vars
 
-pytestmark = pytest.mark.infra
+pytestmark = [pytest.mark.long, pytest.mark.infra]
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTHY_TIMEOUT_S = 300  # Docker's own health check runs every 30 s after a 120 s start period

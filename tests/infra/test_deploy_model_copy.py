@@ -35,7 +35,7 @@ from sparkops.local.model import ensure_model
 from tests.plugins.hosts import Host, image_ref, run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 FETCHER = REPO / "ansible/roles/vllm_serving/files/model-fetch.py"

@@ -25,7 +25,7 @@ import yaml
 from tests.plugins.hosts import inventory, put_fixture, run_docker, set_gpu_state
 from tests.plugins.playbook import run_playbook
 
-pytestmark = pytest.mark.infra
+pytestmark = [pytest.mark.long, pytest.mark.infra]
 
 PLAYBOOK = "preflight.yml"
 # The GPU check host_tuning installs (its files/sparkops-gpu-check links here), copied as is.

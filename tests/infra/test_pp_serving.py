@@ -40,7 +40,7 @@ from tests.plugins.hosts import containers_on_network, run_docker
 from tests.plugins.inventories import make_inventory
 from tests.plugins.vllm_server import mounted_venv_vars
 
-pytestmark = pytest.mark.infra
+pytestmark = [pytest.mark.long, pytest.mark.infra]
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "src" / "sparkops" / "profiles" / "cpu-tiny.yaml"

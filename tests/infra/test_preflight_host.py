@@ -20,7 +20,7 @@ import yaml
 from tests.plugins.hosts import Host, inventory, put_fixture
 from tests.plugins.playbook import run_playbook
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(1200)]
 
 FIXTURES = "/etc/sparkops-fixture"
 INTEROP = f"{FIXTURES}/WSLInterop"

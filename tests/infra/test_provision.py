@@ -27,7 +27,7 @@ from tests.plugins.provision import (
 )
 
 # Three playbook runs happen in the first test's setup: allow for a loaded 2-core machine.
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(1800)]
 
 # sparkops_cli converges in test_sparkops_cli_role.py: its pip install needs the wheel folder
 # that test gives the host (the test bed's containers reach no index through the TLS proxy).

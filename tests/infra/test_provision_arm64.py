@@ -20,7 +20,7 @@ from tests.plugins.hosts import Host, journal
 from tests.plugins.playbook import PlaybookRun
 from tests.plugins.provision import prepare, provision, write_inventory
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(1800)]
 
 LAPTOP_VARS = {
     "sparkops_topology": "wsl2",

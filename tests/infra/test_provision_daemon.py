@@ -40,7 +40,7 @@ from tests.plugins.provision import (
     write_inventory,
 )
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(3000)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(3000)]
 
 ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
 TAGS = ("--tags", "container_runtime")

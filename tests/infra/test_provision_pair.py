@@ -35,7 +35,7 @@ from tests.plugins.hosts import Host
 from tests.plugins.playbook import PlaybookRun, run_playbook
 from tests.plugins.provision import EARLYOOM_DRY_RUN, JOB_USER, prepare
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(1800)]
 
 NETPLAN = "/etc/netplan/40-sparkops-qsfp.yaml"
 TAGS = "host_tuning,qsfp_network"

@@ -21,7 +21,7 @@ from tests.plugins.hosts import Host, image_ref, run_docker
 from tests.plugins.playbook import PlaybookRun
 from tests.plugins.provision import prepare, provision, write_inventory
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(1500)]
 
 # What a change would touch: installed packages, users and groups, Docker's settings.
 HOST_STATE = (

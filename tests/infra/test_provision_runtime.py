@@ -50,7 +50,7 @@ from tests.plugins.provision import (
     write_inventory,
 )
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(1800)]
 
 TAGS = ("--tags", "container_runtime")
 GHOST = "ghost-researcher"

@@ -29,7 +29,7 @@ import yaml
 from tests.plugins.hosts import Host, inventory
 from tests.plugins.playbook import PlaybookRun, run_playbook
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
 # The kit's filters, which a playbook beside ansible/playbooks/ finds through its link there.

@@ -34,7 +34,7 @@ import yaml
 from tests.plugins.hosts import Host, inventory
 from tests.plugins.playbook import PlaybookRun, run_playbook
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "ansible" / "roles" / "vllm_serving" / "tasks"

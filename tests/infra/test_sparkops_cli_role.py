@@ -28,7 +28,7 @@ from tests.plugins.hosts import Host, offline, run_docker
 from tests.plugins.playbook import PlaybookRun, run_playbook
 from tests.plugins.provision import JOB_USER, Converged, prepare, provision, write_inventory
 
-pytestmark = [pytest.mark.infra, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = "/opt/sparkops/venv"

@@ -39,7 +39,7 @@ from tests.plugins.cli import batch_run, sparkops
 from tests.plugins.fault_server import ONE_STEP, write_records
 from tests.plugins.inventories import make_inventory
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.long, pytest.mark.integration]
 
 START_TIMEOUT_S = 600
 
