@@ -242,6 +242,9 @@ def test_the_sampler_takes_the_host_reading_off_the_event_loop(tmp_path: Path) -
     asyncio.run(sampler.read_host())
     asyncio.run(sampler.read_host())  # not due again
     assert [(line["run"], line["done"]) for line in _lines(job)] == [(2, 41)]
+    Run.finished = 57
+    asyncio.run(sampler.read_host(final=True))  # the run's end: read whether due or not
+    assert [(line["run"], line["done"]) for line in _lines(job)] == [(2, 41), (2, 57)]
 
 
 # ---- the real readers against stand-ins --------------------------------------------------------

@@ -49,6 +49,9 @@ def _job(root, server):
     write_records(job["input"], 12)
     done = sparkops(*batch_run(job, server.url), limit=120)
     assert done.returncode == 3, done.stderr  # finished, with r3's record error
+    # the host as the run ended, however short the run (a loaded machine once ended it first)
+    readings = [json.loads(line) for line in (job["out"] / "host.jsonl").read_text().splitlines()]
+    assert readings[-1]["done"] == 12, readings
     sparkops("report", str(job["out"]), limit=120, check=True)  # throughput.png, report.md
     shutil.copy(job["out"] / "throughput.png", job["out"].parent / "records_per_min.png")
     levels = [

@@ -80,10 +80,11 @@ class Sampler:
             self.hooks.refresh()
             await asyncio.sleep(0.5)
 
-    async def read_host(self) -> None:
+    async def read_host(self, final: bool = False) -> None:
         """A reading of the host when one is due (host.jsonl), off the event loop: its probes
-        run commands that may take a moment."""
-        if self.host is not None and self.host.due():
+        run commands that may take a moment. `final`: the run's end, read whether due or not,
+        so a run shorter than the sampler's first turn still has the host as it ended."""
+        if self.host is not None and (final or self.host.due()):
             job = self.job
             await asyncio.to_thread(self.host.record, job.directory, job.number, job.finished)
 
