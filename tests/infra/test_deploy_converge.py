@@ -40,6 +40,7 @@ from sparkops.local.model import ensure_tiny_model
 from sparkops.local.server import free_ports
 from sparkops.render import envfile
 from tests.plugins.hosts import run_docker
+from tests.plugins.inventories import local_serving_inventory
 from tests.plugins.playbook import PlaybookRun, run_playbook, start_playbook
 from tests.plugins.vllm_server import mounted_venv_vars
 
@@ -78,21 +79,7 @@ def local_stack(tmp_path, vllm_cpu_runtime_image):
     def make(name: str = "main", **overrides):
         root = tmp_path / name
         port = free_ports(1)
-        inventory = root / "inventory"
-        (inventory / "group_vars" / "all").mkdir(parents=True)
-        host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-        # deploy.yml checks the inventory first: the topology of inventory/local/.
-        hosts = {
-            "all": {
-                "vars": {"sparkops_topology": "local"},
-                "children": {"sparks": {"hosts": {"localhost": host}}},
-            }
-        }
-        (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-        serving = yaml.safe_load(
-            (REPO / "inventory" / "local" / "group_vars" / "all" / "serving.yml").read_text()
-        )
-        serving.update(
+        serving: dict[str, object] = dict(
             vllm_serving_image=vllm_cpu_runtime_image,
             vllm_serving_model_dir=str(ensure_tiny_model()),
             vllm_serving_port=port,
@@ -105,8 +92,8 @@ def local_stack(tmp_path, vllm_cpu_runtime_image):
             **mounted_venv_vars(),
             vllm_serving_ready_timeout=900,
         )
-        serving.update(overrides)
-        (inventory / "group_vars" / "all" / "serving.yml").write_text(yaml.safe_dump(serving))
+        serving.update(overrides)  # a test's own settings win
+        inventory = local_serving_inventory(root / "inventory", **serving)
         stacks.append(root / "stack")
         return inventory, port, root / "stack"
 

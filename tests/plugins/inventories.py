@@ -70,7 +70,7 @@ def make_inventory(root: Path, topology: str, **extra_vars) -> Path:
 def local_serving_inventory(inventory: Path, **serving: object) -> Path:
     """inventory/local/ (this machine, its Docker engine, over a local connection) in
     `inventory`, group_vars/all/serving.yml overridden by `serving`: what benchmarks/soak.py
-    runs deploy.yml against (test_deploy_converge.py's local_stack still spells it out)."""
+    and test_deploy_converge.py's local_stack run deploy.yml against."""
     (inventory / "group_vars" / "all").mkdir(parents=True)
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     # deploy.yml checks the inventory first: the topology of inventory/local/.
