@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -146,3 +147,46 @@ def test_every_kit_playbook_finds_the_lock_action_beside_it() -> None:
     assert ACTION_LINK.is_symlink() and (ACTION_LINK / "sparkops_host_lock.py").is_file()
     text = (REPO / "ansible" / "playbooks" / "tasks" / "host_lock.yml").read_text()
     assert "sparkops_host_lock:" in text and "until:" not in text
+
+
+def _round(tmp_path: Path, lock: Path) -> list[str]:
+    """One look of the waiting action (sparkops_host_lock's round command) through a shell
+    whose `cat` and `sed` stand-ins do their real job, then, the first time either reads the
+    owner file by its name, write it as the holder does on taking the lock: the holder's
+    write lands between the look's read and whatever the look does next."""
+    sys.path.insert(0, str(REPO / "ansible" / "plugins" / "action"))
+    try:
+        from sparkops_host_lock import round_command
+    finally:
+        sys.path.pop(0)
+    owner_file, bin_dir = f"{lock}.owner", tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("cat", "sed"):
+        real = shutil.which(tool)
+        (bin_dir / tool).write_text(
+            f'#!/bin/sh\n{real} "$@"; rc=$?\nfor a in "$@"; do\n'
+            f'  if [ "$a" = "{owner_file}" ] && [ ! -e "{tmp_path}/written" ]; then\n'
+            f'    : > "{tmp_path}/written"; printf "42\\n{RUN}\\nme\\n1\\n" > "{owner_file}"\n'
+            f"  fi\ndone\nexit $rc\n"
+        )
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    command = round_command(owner_file, f"{lock}.wait.{RUN}", RUN)
+    done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_a_look_that_says_held_has_removed_the_heartbeat_whenever_the_holder_writes(
+    tmp_path: Path, lock: Path
+) -> None:
+    """The action is told "held" only by a look that removed the run's heartbeat: one told so
+    while its heartbeat stayed had its holder let go 30 s later under a converging run (the
+    owner file was read once to decide and again to print, and the holder wrote between)."""
+    Path(f"{lock}.owner").write_text("7\nanother-run\nbatch.yml started by them\n1\n")
+    heartbeat = Path(f"{lock}.wait.{RUN}")
+    first = _round(tmp_path, lock)  # the holder writes the owner file during this look
+    assert first[1:2] != [RUN] or not heartbeat.exists(), (first, heartbeat.exists())
+    assert first[1] == "another-run" and heartbeat.exists()  # what it acted on: not yet held
+    second = _round(tmp_path, lock)
+    assert second[1] == RUN and not heartbeat.exists()  # the next look: held, heartbeat gone

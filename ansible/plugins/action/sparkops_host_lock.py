@@ -47,11 +47,19 @@ ARGS = ("lock", "id", "owner", "wait", "grace", "heartbeat_grace", "waiting_for"
 
 def round_command(owner: str, heartbeat: str, run_id: str) -> str:
     """One look: the run's heartbeat touched (removed once the lock is its own: the holder then
-    watches the owner file's renewals instead), then the owner file's lines."""
+    watches the owner file's renewals instead), then the owner file's lines.
+
+    The owner file is read once, and what is printed is what was acted on. It was read twice
+    (once to decide, once to print): a holder that wrote it between the two reads had the run
+    told "held" while its heartbeat was touched, not removed, so the holder let go of the lock
+    30 s later (heartbeat_grace) under a run still converging, and the next run took it."""
     q = shlex.quote
+    lines_of_seen = "printf '%s\\n' \"$seen\""
     return (
-        f'if [ "$(sed -n 2p {q(owner)} 2>/dev/null)" = {q(run_id)} ]; then rm -f {q(heartbeat)};'
-        f" else touch {q(heartbeat)}; fi; cat {q(owner)} 2>/dev/null; true"
+        f"seen=$(cat {q(owner)} 2>/dev/null);"
+        f' if [ "$({lines_of_seen} | sed -n 2p)" = {q(run_id)} ];'
+        f" then rm -f {q(heartbeat)}; else touch {q(heartbeat)}; fi;"
+        f' [ -z "$seen" ] || {lines_of_seen}; true'
     )
 
 
