@@ -209,8 +209,9 @@ def job_filesystem(work: Path, size_mib: int, own: bool) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def install_kit(work: Path, mount: Path) -> tuple[Host, Path]:
-    host = start_host("amd64", False, extra_flags=[f"--volume={mount}:{JOB_FS}"])
+def install_kit(work: Path, host: Host) -> Path:
+    """The kit on the soak's host (started by the caller, which removes it however this ends:
+    started here, a failed install left it running)."""
     prepare(host)
     run_docker("cp", str(dependency_wheels()), f"{host.id}:{WHEELHOUSE}")
     inventory = write_inventory(
@@ -225,7 +226,7 @@ def install_kit(work: Path, mount: Path) -> tuple[Host, Path]:
     if run.rc != 0:
         raise SystemExit(f"soak: provision.yml failed:\n{run.output[-3000:]}")
     host.exec(["chown", JOB_USER, JOB_FS], check=True)
-    return host, inventory
+    return inventory
 
 
 def write_job(mount: Path, count: int) -> list[str]:
@@ -453,7 +454,8 @@ def run(args: argparse.Namespace) -> Soak:
             kinds = args.faults or args.kinds
             with job_filesystem(work, args.fs_mib, "disk_full" in kinds) as mount:
                 try:
-                    host, inventory = install_kit(work, mount)
+                    host = start_host("amd64", False, extra_flags=[f"--volume={mount}:{JOB_FS}"])
+                    inventory = install_kit(work, host)
                     ids = write_job(mount, args.records)
                     soak.started = time.time()
                     start_job(inventory, serving, args.concurrency, args.restart_delay_s)
