@@ -293,8 +293,9 @@ async def _run_engine(
             stop = _input_changed(change)  # after the run: its stop no longer listens
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(sampler.once(), FINAL_SAMPLE_S)
-        with contextlib.suppress(TimeoutError):  # host.jsonl is not sealed: a late line is no edit
-            await asyncio.wait_for(sampler.read_host(final=True), FINAL_SAMPLE_S)
+        if stop is None:  # a stopped run (a full disk) has said why: no second line about it
+            with contextlib.suppress(TimeoutError):  # host.jsonl is unsealed: late is no edit
+                await asyncio.wait_for(sampler.read_host(final=True), FINAL_SAMPLE_S)
         job.journal.close()
         end = lines.RunEvent("end", job.number, time.time())
         if stop is not None:
