@@ -1,7 +1,7 @@
 """The test hosts' connection (tests/plugins/ansible_connections/sparkops_testhost.py, issue 34
-item 15): a lost or failed answer to Ansible's temporary-folder command is retried
-idempotently; a failure that stays reaches Ansible as Docker gave it, after the retries; every
-other command goes through untouched."""
+item 15): a lost or failed answer to Ansible's temporary-folder command, or to the plugin's
+user look-up, is retried idempotently; a failure that stays reaches Ansible as Docker gave it,
+after the retries; every other command goes through untouched."""
 
 from __future__ import annotations
 
@@ -81,10 +81,17 @@ def test_other_commands_are_not_retried(connection):
     assert len(sent) == 3
 
 
-def test_a_command_given_as_bytes_passes_through(connection):
-    """docker_api's own put_file sends b'id -u && id -g'."""
+def test_the_user_look_up_before_a_file_copy_is_retried_while_its_answer_is_lost(connection):
+    """docker_api's own put_file sends b'id -u && id -g' and fails the host "unreachable" on
+    an empty answer (seen in the soak's install under a full make test)."""
     conn, sent, answers = connection
     answers += [(0, b"0\n0\n")]
-    assert len(sent) == 0
     assert conn.exec_command(b"id -u && id -g") == (0, b"0\n0\n", b"")
     assert sent == [b"id -u && id -g"]
+    answers += [(0, b""), (0, b"0\n"), (0, b"1000\n1000\n")]
+    assert conn.exec_command(b"id -u && id -g") == (0, b"1000\n1000\n", b"")
+    assert sent[1:] == [b"id -u && id -g"] * 3
+    # an answer that stays lost reaches docker_api, which says so as before
+    answers += [(0, b"")] * (1 + testhost.RETRIES)
+    assert conn.exec_command(b"id -u && id -g") == (0, b"", b"")
+    assert len(sent) == 4 + 1 + testhost.RETRIES

@@ -142,6 +142,11 @@ class LocalServing(Protocol):
         ...
 
     @property
+    def dtype(self) -> str:
+        """The compute dtype (`--dtype`)."""
+        ...
+
+    @property
     def extra_args(self) -> Sequence[str]:
         """Flags appended last, so they override anything before them."""
         ...
@@ -151,7 +156,8 @@ def local_command(python: str, model_dir: str, port: int, settings: LocalServing
     """The vLLM-CPU server the kit starts as a process of its own (`sparkops local up`).
 
     The CPU image's launcher run by the given interpreter (the vLLM-CPU venv's), prefix caching
-    with xxhash and cached-token counts in usage, as every profile has. `settings.eager` skips
+    with xxhash and cached-token counts in usage, as every profile has, in `settings.dtype`
+    (ServerSettings says why float32). `settings.eager` skips
     torch.compile: for the 2-layer tiny model compiling buys nothing measurable but costs 20 s
     (idle machine) to 150 s (loaded) of every start.
     """
@@ -173,6 +179,8 @@ def local_command(python: str, model_dir: str, port: int, settings: LocalServing
         settings.host,
         "--port",
         str(port),
+        "--dtype",
+        settings.dtype,
         *vllm_flags(settings.model, args, async_scheduling=False),
     ]
 
