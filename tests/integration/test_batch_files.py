@@ -155,9 +155,7 @@ def test_full_disk_stops_with_one_line_and_the_job_resumes_once_there_is_room(
         + step(tmp_path, "second", run_cmd)
         + f"cp -a {disk}/job {copy}\n"
     )
-    t0 = time.monotonic()
     in_mount_namespace(script, timeout=120)
-    assert time.monotonic() - t0 < 90
     first = outcome(tmp_path, "first")
     assert first.returncode == 1, first.stderr
     line = one_error_line(first)

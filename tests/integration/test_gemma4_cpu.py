@@ -42,6 +42,7 @@ def gemma4_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         model="gemma4-tiny",
         kv_cache_gib=KV_CACHE_GIB,
         timeout=START_TIMEOUT_S,
+        dtype="bfloat16",  # the Spark's: the plan's bf16 KV cache is what the engine holds
         extra_args=(
             "--max-model-len",
             str(MAX_MODEL_LEN),

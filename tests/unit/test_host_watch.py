@@ -7,6 +7,7 @@ a failed job."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import stat
 from pathlib import Path
@@ -24,6 +25,7 @@ from sparkops.batch.host_watch import (
 )
 from sparkops.batch.sampler import Sampler
 from sparkops.jobdir import lines
+from sparkops.jobdir.durable import stop_on_full_disk
 from sparkops.jobdir.run import JobRun
 from sparkops.jobdir.serving_lines import ServingStart
 from sparkops.metrics.host import HOST_FILE
@@ -208,6 +210,32 @@ def test_a_reading_that_cannot_be_written_is_a_gap_said_once(tmp_path: Path) -> 
     clock.now += watch.interval
     assert watch.record(job, 3, 0) is None
     assert len(said) == 1 and said[0].startswith("host watch: a reading was not written (")
+
+
+def test_a_reading_lost_to_a_full_disk_is_said_only_if_the_job_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job stopped by a full disk says so in its one line; the host watch, which found the
+    disk full first, adds no second line about it (CI saw two). Said at the end when the job
+    finished all the same (the disk had room again)."""
+    import sparkops.batch.host_watch as host_watch
+
+    def full(path: Path, obj: object) -> None:
+        raise stop_on_full_disk(OSError(errno.ENOSPC, "No space left on device"), path)
+
+    monkeypatch.setattr(host_watch, "append_json", full)
+    said: list[str] = []
+    clock = Clock()
+    watch = HostWatch(_proc(tmp_path), clock=clock, warn=said.append, serving_here=False)
+    job = _job(tmp_path)
+    assert watch.record(job, 1, 0) is None
+    clock.now += watch.interval
+    assert watch.record(job, 1, 0) is None
+    assert said == []
+    watch.say_held()
+    watch.say_held()
+    assert len(said) == 1 and "No space left on device" in said[0]
+    assert said[0].startswith("host watch: a reading was not written (cannot write ")
 
 
 def test_an_earlier_jobs_readings_go_aside_with_its_other_files_on_restart(tmp_path: Path) -> None:

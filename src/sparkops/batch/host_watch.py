@@ -168,6 +168,7 @@ class HostWatch:
     _last: float | None = field(default=None, init=False)
     _cursor: str | None = field(default=None, init=False)
     _said: set[str] = field(default_factory=set, init=False)
+    _held: dict[str, str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         if not self.started:
@@ -187,10 +188,21 @@ class HostWatch:
         path = folder.JobDir(directory).host
         try:
             append_json(path, reading.to_json())
-        except (OSError, JobStopped) as err:
+        except JobStopped as err:  # a full disk: the job's next write stops it, saying so
+            self._held.setdefault("write", f"host watch: a reading was not written ({err})")
+            return None
+        except OSError as err:
             self._say_once("write", f"host watch: a reading was not written ({err})")
             return None
         return reading
+
+    def say_held(self) -> None:
+        """Say the gaps held back: a reading lost to a full disk is said only when the job
+        went on to finish (the disk had room again). A job that stopped on that disk has said
+        it in its one line, and a second line about the same disk is noise."""
+        for key, text in self._held.items():
+            self._say_once(key, text)
+        self._held.clear()
 
     def read(self, directory: Path, run: int, done: int | None) -> HostReading:
         """One reading of the host now (nothing written)."""

@@ -87,6 +87,8 @@ class Sampler:
         if self.host is not None and (final or self.host.due()):
             job = self.job
             await asyncio.to_thread(self.host.record, job.directory, job.number, job.finished)
+        if final and self.host is not None:
+            self.host.say_held()
 
 
 def _values(text: str | None) -> dict[str, float]:
