@@ -65,7 +65,8 @@ def sparkops(
     """Run ``sparkops *args`` to the end (``args`` may start with the interpreter prefix of
     `SPARKOPS`, as `batch_run` gives it).
 
-    ``limit``: it must finish within that many seconds (killed 30 s later); ``quiet``: it
+    ``limit``: a hang's bound, not a speed test (killed after that many seconds and 30 more,
+    which fails the test; a busy machine may take longer than an idle one); ``quiet``: it
     printed no `NOISE`; ``check``: it exited 0. ``kwargs`` go to subprocess.run (env, cwd,
     preexec_fn, ...)."""
     argv = _argv(args)
@@ -74,8 +75,6 @@ def sparkops(
     result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
     proc = Finished(result.args, result.returncode, result.stdout, result.stderr)
     proc.elapsed = time.monotonic() - start
-    if limit is not None:
-        assert proc.elapsed < limit, (proc.elapsed, proc.stderr)
     if quiet:
         assert_quiet(proc.stdout, proc.stderr)
     if check:

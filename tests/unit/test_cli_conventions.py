@@ -4,6 +4,7 @@ and `batch run` / `bench sweep` taking their shared options from one declaration
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -66,6 +67,26 @@ def test_version(capsys):
         cli.main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip() == f"sparkops {sparkops.__version__}"
+
+
+def test_a_command_loads_only_its_family_and_the_table_is_what_the_families_register():
+    top = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    registered = {}
+    for module in cli.COMMAND_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(sub)
+        registered.update(dict.fromkeys(sub.choices, module))
+    assert registered == cli.COMMANDS and set(top.choices) == set(cli.COMMANDS)
+    # in a fresh interpreter: `sparkops render ...` parses without the other families
+    probe = (
+        "import sys; from sparkops import cli; "
+        "cli.build_parser(['render', '--help-all']); "
+        "print(sorted(m for m in sys.modules if m.endswith('.cli') and m.startswith('sparkops.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert out.strip() == "['sparkops.cli', 'sparkops.render.cli']"
 
 
 def test_every_help_shows_every_default():

@@ -149,7 +149,7 @@ def test_the_kits_stderr_redacts_whatever_prints_on_it(capsys, monkeypatch):
 
     seen = []
 
-    def build_parser():
+    def build_parser(argv=None):
         seen.append(type(sys.stderr).__name__)
         print("reaching http://alice:pw@127.0.0.1:9/v1", file=sys.stderr)
         raise KeyboardInterrupt
