@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks import soak
 
-pytestmark = [pytest.mark.long, pytest.mark.infra, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(2400)]
 
 
 def test_a_job_left_alone_outlives_a_kill_a_power_cycle_and_a_dead_server(
