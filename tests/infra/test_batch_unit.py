@@ -192,6 +192,8 @@ def test_a_job_comes_back_after_a_power_cycle_and_a_finished_job_stays_finished(
         and "After=network-online.target sparkops-serving.service" in unit_text
     )
     assert "RestartPreventExitStatus=0 2" in unit_text and "SuccessExitStatus=3 143" in unit_text
+    # the job user may read the system journal: the host watch reads the driver's errors there
+    assert "SupplementaryGroups=systemd-journal" in unit_text
     shown = host.exec(["systemctl", "show", unit]).stdout
     assert SECRET not in unit_text + shown and NOTIFY_TOKEN not in unit_text + shown
     env_file = host.testinfra.file("/etc/sparkops/batch/weekend.env")
@@ -209,6 +211,10 @@ def test_a_job_comes_back_after_a_power_cycle_and_a_finished_job_stays_finished(
     assert len(ids) == TOTAL and max(ids.values()) == 1  # every record once, none twice
     st = status_json(host, out)
     assert (st["done"], st["errors"], st["runs"]) == (TOTAL, 0, 2), st
+    readings = [
+        json.loads(x) for x in host.exec(["cat", f"{out}/host.jsonl"]).stdout.split("\n") if x
+    ]
+    assert readings and not [r for r in readings if "kernel log" in r.get("unknown", {})], readings
     wait_until("the unit to stop", lambda: show(host, unit)["ActiveState"] == "inactive", host,
                unit)  # fmt: skip
     props = show(host, unit)

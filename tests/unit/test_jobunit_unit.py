@@ -55,6 +55,7 @@ def test_the_unit_follows_the_client_s_exit_statuses_and_starts_at_boot() -> Non
     assert "User=researcher" in unit and "UMask=0077" in unit
     assert 'Environment="DO_NOT_TRACK=1"' in unit
     assert not any(line.startswith(("EnvironmentFile", "OnFailure")) for line in unit)
+    assert not any(line.startswith("SupplementaryGroups") for line in unit)
     assert "TimeoutStartSec=3720" in unit  # the wait's bound and a margin
     (pre,) = [line for line in unit if line.startswith("ExecStartPre=")]
     assert pre == (
@@ -68,9 +69,12 @@ def test_the_unit_follows_the_client_s_exit_statuses_and_starts_at_boot() -> Non
 def test_a_newer_systemd_grows_the_delay_and_a_notification_adds_its_units() -> None:
     parsed = parse_spec(
         spec(systemd_version=255, notify=True, env_file="/etc/sparkops/batch/triage.env",
-             api_key_env="SPARKOPS_API_KEY", restart_limit=3, serving_wait_s=0)
+             api_key_env="SPARKOPS_API_KEY", restart_limit=3, serving_wait_s=0,
+             groups=["systemd-journal"])
     )  # fmt: skip
     unit = lines(render_unit(parsed))
+    # the host watch reads the GPU driver's errors from the system journal as the job user
+    assert "SupplementaryGroups=systemd-journal" in unit
     assert "RestartSteps=3" in unit and "RestartMaxDelaySec=1800" in unit
     assert "StartLimitBurst=4" in unit
     assert "OnFailure=sparkops-batch-triage-notify.service" in unit
@@ -114,6 +118,8 @@ def test_settings_a_unit_cannot_hold_are_refused_naming_the_variable() -> None:
         parse_spec(spec(serving_wait_s="an hour"))
     with pytest.raises(UnitSpecError, match="line break"):
         render_unit(parse_spec(spec(out="/srv/a\nExecStart=/bin/evil")))
+    with pytest.raises(UnitSpecError, match=r"sparkops_batch_groups\.0"):
+        parse_spec(spec(groups=["wheel\nExecStart=/bin/evil"]))
     with pytest.raises(UnitSpecError, match="environment variable name"):
         render_unit(parse_spec(spec(environment={"A=B": "1"})))
 

@@ -68,6 +68,9 @@ class JobUnit(BaseModel):
     api_key_env: str = ""  # the variable the env file sets ("" none)
     env_file: str = ""
     environment: dict[str, str] = {}
+    # Supplementary groups of the job user, e.g. systemd-journal: the host watch reads the
+    # GPU driver's errors from the system journal (batch.yml adds it where the host has it).
+    groups: list[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")]] = []
     after: list[str] = []
     restart_delay_s: Seconds = 60
     restart_max_delay_s: Seconds = 1800
@@ -155,10 +158,14 @@ def environment_line(key: str, value: str) -> str:
     return "Environment=" + quote_arg(f"{key}={value}").replace("$$", "$")
 
 
-def identity_lines(user: str, environment: dict[str, str], env_file: str) -> list[str]:
+def identity_lines(
+    user: str, environment: dict[str, str], env_file: str, groups: list[str] | None = None
+) -> list[str]:
     """Who a kit unit runs as and with what environment: the job user (never root, checked by
-    its spec), private files (UMask), the kit's environment and the root-only key file."""
+    its spec) with its supplementary groups, private files (UMask), the kit's environment and
+    the root-only key file."""
     lines = [f"User={user}", "UMask=0077"]
+    lines += [f"SupplementaryGroups={' '.join(groups)}"] if groups else []
     lines += [environment_line(k, v) for k, v in environment.items()]
     return lines + ([f"EnvironmentFile={env_file}"] if env_file else [])
 
@@ -212,7 +219,7 @@ def render_unit(spec: JobUnit) -> str:
         unit.append(f"OnFailure={spec.notify_unit}")
     quote_arg(spec.out)  # refuses a line break before it reaches the file
     unit += [f"{JOB_NAME_KEY}={spec.name}", f"{JOB_DIR_KEY}={spec.out}", "", "[Service]"]
-    unit += ["Type=exec", *identity_lines(spec.user, spec.environment, spec.env_file)]
+    unit += ["Type=exec", *identity_lines(spec.user, spec.environment, spec.env_file, spec.groups)]
     unit += [
         f"ExecStartPre={exec_line(wait_argv(spec))}",
         f"ExecStart={exec_line(spec.run_argv)}",
