@@ -78,16 +78,16 @@ name: soak
 model: tiny
 steps:
   - name: screen
-    user: "Note: {text}\\nUrgent? Answer yes or no:"
+    user: "Note: {{text}}\\nUrgent? Answer yes or no:"
     max_tokens: 4
     temperature: 0
-    parse: {choices: ["yes", "no"], default: unclear}
+    parse: {{choices: ["yes", "no"], default: unclear}}
   - name: summary
-    user: "Note: {text}\\nSummarise it in one sentence:"
+    user: "Note: {{text}}\\nSummarise it in one sentence:"
     constrain: false
-    max_tokens: 48
+    max_tokens: {free_tokens}
     temperature: 0
-    parse: {choices: ["urgent", "routine"], default: unclear}
+    parse: {{choices: ["urgent", "routine"], default: unclear}}
 """
 OUTAGE_S = 60.0  # disk_full and unreachable last this long
 POLL_S = 5.0
@@ -229,12 +229,13 @@ def install_kit(work: Path, host: Host) -> Path:
     return inventory
 
 
-def write_job(mount: Path, count: int) -> list[str]:
+def write_job(mount: Path, count: int, free_tokens: int = 48) -> list[str]:
     """The job's pipeline and `count` short records, each with its own id, readable by the job
-    user. A constrained step, then a free one of 48 tokens: on vLLM-CPU's tiny model a record
-    takes long enough that the short soak's faults come mid-job, not after it has finished;
-    the cpu-tiny profile's 2,048-token context holds it (the sample pipeline's does not)."""
-    (mount / "pipeline.yaml").write_text(PIPELINE)
+    user. A constrained step, then a free one of `free_tokens` (48: on vLLM-CPU's tiny model a
+    record takes long enough that the short soak's faults come mid-job, not after it has
+    finished; fewer let 50,000 records fit the hour-long soak on a 2-core machine); the
+    cpu-tiny profile's 2,048-token context holds it (the sample pipeline's does not)."""
+    (mount / "pipeline.yaml").write_text(PIPELINE.format(free_tokens=free_tokens))
     ids = [f"soak-{i:06d}" for i in range(count)]
     with (mount / "records.jsonl").open("w") as fh:
         for i, rid in enumerate(ids):
@@ -456,7 +457,7 @@ def run(args: argparse.Namespace) -> Soak:
                 try:
                     host = start_host("amd64", False, extra_flags=[f"--volume={mount}:{JOB_FS}"])
                     inventory = install_kit(work, host)
-                    ids = write_job(mount, args.records)
+                    ids = write_job(mount, args.records, args.free_tokens)
                     soak.started = time.time()
                     start_job(inventory, serving, args.concurrency, args.restart_delay_s)
                     if args.faults:
@@ -486,6 +487,10 @@ def kinds_arg(text: str) -> list[str]:
     return kinds
 
 
+def _stop(signum: int, _frame: object) -> None:
+    raise SystemExit(f"soak: stopped by signal {signum}; removing the host and the stack")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=50_000)
@@ -495,13 +500,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", type=kinds_arg, help="these, in order, by counts")
     parser.add_argument("--seed", type=int, default=39)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--free-tokens", type=int, default=48, help="the free step's max_tokens")
     parser.add_argument("--fs-mib", type=int, default=1024)
     parser.add_argument("--restart-delay-s", type=float, help="the job unit's (kit: 60 s)")
     parser.add_argument("--deadline-minutes", type=float, default=240.0)
     parser.add_argument("--work", default=None, help="where the temporary folder goes")
     parser.add_argument("--report", type=Path, help="write the result here as JSON")
     args = parser.parse_args(argv)
-    soak = run(args)
+    # Stopped early (SIGTERM, or SIGINT where a shell started it in the background with SIGINT
+    # ignored), it still removes its host, its serving stack and its loop mount.
+    before = {signum: signal.signal(signum, _stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        soak = run(args)
+    finally:  # a caller's own handlers back (tests/infra/test_soak.py runs it in pytest)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
     print(summary(soak))
     if args.report:
         body = asdict(soak) | {"stopped_s": [f.stopped_s for f in soak.faults]}
