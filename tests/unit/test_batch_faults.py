@@ -130,7 +130,7 @@ def test_exit_status_and_interrupt_codes():
 def test_ctrl_c_while_commands_load_is_one_line(monkeypatch, capsys):
     from sparkops import cli
 
-    def interrupted():
+    def interrupted(argv=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "build_parser", interrupted)
