@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 
@@ -57,10 +56,10 @@ def test_drop_hang_and_stall_with_health_up(fault_server: FaultServer):
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         post(fault_server, "/v1/chat/completions", chat("r1"))
     fault_server.override("/tokenize", hang())
-    t0 = time.monotonic()
-    with pytest.raises((TimeoutError, urllib.error.URLError)):
+    with pytest.raises((TimeoutError, urllib.error.URLError)) as hung:
         post(fault_server, "/tokenize", chat("r2"), timeout=0.5)
-    assert time.monotonic() - t0 < 3
+    # the client's own timeout ended it, nothing else (a refused connection is no hang)
+    assert isinstance(getattr(hung.value, "reason", hung.value), TimeoutError), hung.value
     fault_server.override("/tokenize", None)
     fault_server.stall()
     with urllib.request.urlopen(fault_server.url + "/health", timeout=2) as resp:

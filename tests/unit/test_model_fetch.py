@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import socket
-import time
 from pathlib import Path
 
 FILE = Path(__file__).resolve().parents[2] / "ansible/roles/vllm_serving/files/model-fetch.py"
@@ -39,7 +38,22 @@ def test_a_hub_that_refuses_is_named_and_a_proxy_is_probed_instead(monkeypatch):
         assert fetcher.unreachable(f"http://127.0.0.1:{server.getsockname()[1]}") == ""
 
 
-def test_a_progress_round_waits_for_the_job_and_says_when_it_ended(tmp_path, capsys):
+class FakeTime:
+    """The fetcher's clock: sleeping moves it on at once, so a round's length is exact."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_progress_round_waits_for_the_job_and_says_when_it_ended(tmp_path, capsys, monkeypatch):
+    clock = FakeTime()
+    monkeypatch.setattr(fetcher, "time", clock)
     cache = tmp_path / "hf"
     blobs = cache / "hub" / "models--org--m" / "blobs"
     blobs.mkdir(parents=True)
@@ -48,14 +62,13 @@ def test_a_progress_round_waits_for_the_job_and_says_when_it_ended(tmp_path, cap
     (cache / "sparkops-models" / "org--m.total").write_text("1000000")
     job = tmp_path / "job"
     job.write_text(json.dumps({"started": 1, "finished": 0}))
-    started = time.monotonic()
     assert fetcher.wait("org/m", cache, job, 1.5) == 0
-    assert time.monotonic() - started >= 1.5  # the job ran on: the round waited it out
+    assert clock.now >= 1.5  # the job ran on: the round waited it out
     assert capsys.readouterr().out == "org/m: 0.00 GB of 0.00 GB (25%)\n"
     job.write_text(json.dumps({"rc": 4, "stdout": "org/m: cannot reach the hub"}))
-    started = time.monotonic()
+    started = clock.now
     fetcher.wait("org/m", cache, job, 30)
-    assert time.monotonic() - started < 25  # the job has ended: not the 30 s round
+    assert clock.now == started  # the job has ended: no wait at all, not the 30 s round
     assert capsys.readouterr().out.endswith(", the download ended\n")
     fetcher.wait("other/model", cache, tmp_path / "absent", 0)  # nothing yet: no total, no job
     assert capsys.readouterr().out == "other/model: 0.00 GB\n"
