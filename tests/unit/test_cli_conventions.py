@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -330,12 +329,10 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, argv, status):
     argv = [str(job) if a == "JOB" else a for a in argv]
     read_end, write_end = os.pipe()
     os.close(read_end)
-    started = time.monotonic()
     proc = subprocess.run(
         [*SPARKOPS, *argv], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120
     )
     os.close(write_end)
-    assert time.monotonic() - started < 120
     assert proc.returncode == status
     assert "Traceback" not in proc.stderr
     assert "BrokenPipe" not in proc.stderr

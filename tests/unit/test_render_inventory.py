@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -205,9 +204,7 @@ def test_the_cli_pays_for_ansible_only_when_it_reads_an_inventory() -> None:
     assert result.stdout.strip() == "False"
 
 
-def test_every_example_inventory_reads_in_bounded_time() -> None:
+def test_every_example_inventory_reads() -> None:
     repo = Path(__file__).resolve().parents[2]
-    start = time.monotonic()
     for example in sorted(p for p in (repo / "inventory").iterdir() if p.is_dir()):
         assert read_inventory(example).hosts, example
-    assert time.monotonic() - start < 30

@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +18,6 @@ ROLES = REPO / "ansible" / "roles"
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, str(SCRIPT), *args],
         cwd=cwd,
@@ -28,7 +26,6 @@ def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
-    assert time.monotonic() - started < 60
     assert "Traceback" not in done.stderr + done.stdout
     return done
 
