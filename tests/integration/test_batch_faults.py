@@ -372,11 +372,9 @@ def test_a_crash_is_one_line_and_the_traceback_goes_to_a_private_log(job, fault_
         "sys.exit(main(sys.argv[1:]))\n"
     )
     cmd = batch_run(job, fault_server.openai_url, extra=("--concurrency", "4"))
-    t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", boom, *cmd[3:]], capture_output=True, text=True, timeout=60
     )
-    assert time.monotonic() - t0 < 30
     assert proc.returncode == 1
     assert_quiet(proc.stdout, proc.stderr)
     (line,) = error_lines(proc.stderr)

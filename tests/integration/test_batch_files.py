@@ -302,8 +302,7 @@ def test_hanging_tokenize_is_bounded_and_the_job_runs_without_a_ceiling(
 ):
     ids = write_records(job["input"], 6)
     fault_server.override("/tokenize", hang())
-    elapsed, err = _in_process(job, fault_server, monkeypatch, capsys)
-    assert elapsed < 120  # bounded: the hang itself never ends
+    _, err = _in_process(job, fault_server, monkeypatch, capsys)  # returns: the hang never ends
     assert "did not answer within 2 s" in err and "no hit-rate ceiling" in err
     assert results(job["out"]) == Counter(ids)
 
@@ -311,10 +310,8 @@ def test_hanging_tokenize_is_bounded_and_the_job_runs_without_a_ceiling(
 def test_hanging_models_is_one_user_error_within_the_budget(job, fault_server, monkeypatch, capsys):
     write_records(job["input"], 3)
     fault_server.override("/v1/models", hang())
-    t0 = time.monotonic()
     with pytest.raises(UserError, match=r"/v1/models did not answer within 2 s"):
-        _in_process(job, fault_server, monkeypatch, capsys)
-    assert time.monotonic() - t0 < 60  # bounded: the hang itself never ends
+        _in_process(job, fault_server, monkeypatch, capsys)  # raises: the hang never ends
     assert fault_server.paths[COMPLETIONS] == 0
 
 

@@ -67,7 +67,6 @@ def run_switching(job, server: FaultServer, *extra: str, after: int = 15, **iden
     server.check_action = answer
     server.first(after, answer)
     server.default = hang()
-    t0 = time.monotonic()
     proc = subprocess.Popen(
         command(job, server, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -88,7 +87,6 @@ def run_switching(job, server: FaultServer, *extra: str, after: int = 15, **iden
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert time.monotonic() - t0 < 300
     clean(stdout + stderr)
     return proc.returncode, stdout, stderr
 
@@ -250,7 +248,6 @@ def test_a_server_restarted_with_another_model_during_an_outage_is_caught_when_i
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert time.monotonic() - t0 < 300
     clean(stdout + stderr)
     assert proc.returncode == 0, stderr
     assert "model tiny -> tiny-fp8" in stderr

