@@ -69,7 +69,6 @@ def test_an_endpoint_that_stalls_mid_job_is_routed_around_exactly_once(job, faul
     proc = start(job, [a.openai_url, b.openai_url], "--concurrency", "8", "--stall-after", "2")
     wait_for(lambda: len(lines(job["out"] / "results.jsonl")) >= 20, 60, "20 records")
     a.stall()  # and its /metrics stop moving, as vLLM's do when its engine hangs
-    stalled_at = time.monotonic()
     with urllib.request.urlopen(a.url + "/health", timeout=5) as resp:  # still "healthy"
         assert resp.status == 200
     code, _, err = finish(proc, t0, 60)
@@ -78,7 +77,6 @@ def test_an_endpoint_that_stalls_mid_job_is_routed_around_exactly_once(job, faul
     (ev,) = events(job, "stalled")
     assert ev["endpoint"] == a.url and ev["in_flight"] >= 1 and ev["quiet_s"] >= 2
     assert ev["t"] - time.time() < 0  # logged with the wall clock
-    assert time.monotonic() - stalled_at < 40
     # its in-flight calls were cancelled and answered by b: every id answered once overall
     assert sum(a.answered.values()) + sum(b.answered.values()) == len(ids)
     assert f"endpoint {a.url} stalled" in err  # the progress stream says so (stderr)
