@@ -136,13 +136,12 @@ def results(docker_engine, tmp_path_factory) -> dict[str, tuple[int, str, float]
     "case", ["missing-user-image", "kit-image-without-digest", "wrong-arch", "no-vllm-no-xxhash"]
 )
 def test_a_wrong_image_stops_the_deploy_naming_the_fix(results, case):
-    rc, output, seconds = results[case]
+    rc, output, _ = results[case]
     assert rc == 2, output[-3000:]
     message = " ".join(output.split())
     for words in _cases()[case][1]:
         assert words in message, message[-3000:]
     assert "Traceback" not in output
-    assert seconds < 600
 
 
 def test_an_image_with_what_the_stack_imports_passes(results):

@@ -11,7 +11,6 @@ host's own systemd, whose journal carries the one line.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -80,9 +79,7 @@ def run_guard(tmp_path: Path, host: Host, meminfo: str, *args: str, **extra) -> 
             }
         )
     )
-    started = time.monotonic()
     run = run_playbook(play, inv, "-e", f"@{extra_vars}", *args, timeout=300)
-    assert time.monotonic() - started < 300
     assert "Traceback" not in run.output
     return run
 

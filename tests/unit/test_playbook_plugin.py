@@ -66,7 +66,7 @@ def test_recap_counts_per_host_and_totals_come_from_a_real_run(tmp_path: Path) -
     assert run.recap["b"].changed == 1 and run.recap["b"].failed == 1
     assert (run.changed, run.failed) == (2, 1)
     assert run.changed_on("b") == 1 and run.changed_on("nobody") == -1
-    assert 0 < run.seconds < 300
+    assert run.seconds > 0
     # --check reached Ansible: the command module does not run in check mode.
     assert check.rc == 0, check.output[-3000:]
     assert (check.changed, check.failed) == (0, 0), check.output[-3000:]
