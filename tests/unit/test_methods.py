@@ -13,7 +13,6 @@ import io
 import json
 import os
 import random
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,6 +24,7 @@ from sparkops.jobdir.pipeline_copy import COPY_DIR
 from sparkops.methods.document import HEADER
 from tests.plugins.cli import batch_run, sparkops
 from tests.plugins.fault_server import FaultServer, status, write_records
+from tests.plugins.job_dir import methods_table as table
 
 NO_COLUMNS = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
 SECTIONS = [
@@ -116,16 +116,6 @@ def methods(folder: Path, *extra: str) -> subprocess.CompletedProcess:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = cli.main(argv)
     return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
-
-
-def table(text: str) -> dict[str, tuple[str, str]]:
-    """Every row of methods.md's tables: item -> (value, source)."""
-    rows = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-        if len(cells) == 3 and cells[0] not in ("Item", "---"):
-            rows[cells[0]] = (cells[1], cells[2])
-    return rows
 
 
 def sha256(data: bytes) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import stat
 from pathlib import Path
@@ -24,6 +23,7 @@ from sparkops.pipeline import constrain
 from sparkops.pipeline.spec import load_pipeline
 from tests.plugins.cli import batch_run, sparkops
 from tests.plugins.fault_server import write_records
+from tests.plugins.job_dir import methods_table as table
 
 NO_COLUMNS = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
 TRIAGE = """\
@@ -82,16 +82,6 @@ def command(capsys, *args: str) -> tuple[int, str, str]:
     status = cli.main(list(args))
     out, err = capsys.readouterr()
     return status, out, err
-
-
-def table(text: str) -> dict[str, tuple[str, str]]:
-    """Every row of methods.md's tables: item -> (value, source)."""
-    rows = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-        if len(cells) == 3 and cells[0] not in ("Item", "---"):
-            rows[cells[0]] = (cells[1], cells[2])
-    return rows
 
 
 def saved_files(out: Path) -> list[Path]:
