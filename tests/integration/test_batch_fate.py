@@ -281,7 +281,7 @@ def test_a_real_vllm_killed_mid_job_fails_no_record_and_the_resume_finishes_all(
     (server,) = extra_vllm_server()
     pipeline, notes = sample_paths()
     inp = tmp_path / "notes.jsonl"
-    inp.write_text("".join(notes.read_text().splitlines(keepends=True)[:120]))
+    inp.write_text("".join(notes.read_text().splitlines(keepends=True)[:48]))
     ids = [json.loads(x)["id"] for x in inp.read_text().splitlines()]
     job = {"pipeline": pipeline, "input": inp, "out": tmp_path / "job"}
     extra = ("--concurrency", "8", "--retry-for", "5")
