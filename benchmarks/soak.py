@@ -152,13 +152,28 @@ class Serving:
 
 def bridge_gateway() -> str:
     """The address this machine has on Docker's default bridge: the test host reaches the
-    serving stack's published port there."""
-    out = run_docker(
-        "network", "inspect", "bridge", "-f", "{{range .IPAM.Config}}{{.Gateway}}{{end}}"
-    ).stdout.strip()
-    if not out:
+    serving stack's published port there. A freshly started engine may leave the gateway out
+    of the network's IPAM config (Docker 20.10 before the first restart), so the bridge
+    interface's own address is the fallback."""
+    fmt = (
+        "{{range .IPAM.Config}}{{.Gateway}}{{end}} "
+        '{{index .Options "com.docker.network.bridge.name"}}'
+    )
+    gateway, _, interface = run_docker("network", "inspect", "bridge", "-f", fmt).stdout.partition(
+        " "
+    )
+    if gateway.strip():
+        return gateway.strip()
+    shown = subprocess.run(
+        ["ip", "-j", "-4", "addr", "show", "dev", interface.strip() or "docker0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    addresses = [a["local"] for link in json.loads(shown.stdout or "[]") for a in link["addr_info"]]
+    if not addresses:
         raise SystemExit("soak: Docker's default bridge has no gateway address")
-    return out
+    return addresses[0]
 
 
 def deploy_serving(work: Path) -> Serving:
