@@ -190,16 +190,14 @@ def served(run: PlaybookRun) -> str:
 
 
 def assert_stopped_cleanly(run: PlaybookRun, pair: Pair, *words: str) -> None:
-    """The run stopped with the words a user reads, before the phase after the model, in
-    bounded time, without a traceback, with the first host's daemon stopped and removed."""
+    """The run stopped with the words a user reads, before the phase after the model, within
+    the run's bound, without a traceback, with the first host's daemon stopped and removed."""
     assert run.rc != 0, run.stdout[-3000:]
     for word in words:
         assert word in run.text, run.stdout[-4000:]
     assert "the model phase passed" not in run.text  # nothing after the model phase ran
     assert "Traceback" not in run.output
-    # the whole phase, on a loaded CI machine: seconds of waiting (rsync --contimeout 10 s), not
-    # the download timeout of 7200 s
-    assert run.seconds < 300, run.seconds
+    # A wait for the download timeout (7,200 s) would fail the run's own bound (600 s) first.
     assert not listening(pair.a)
     assert pair.a.exec(["test", "-e", "/run/sparkops-model-copy"]).returncode == 1
     assert check(pair.b)[0] == 3  # still incomplete: vLLM would not start on it

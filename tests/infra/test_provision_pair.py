@@ -178,7 +178,7 @@ def test_a_misspelt_variable_in_extra_vars_is_refused_naming_the_declared_one(
     assert misspelt.rc != 0
     assert "host_tuning_job_user is not a variable of the role host_tuning" in misspelt.text
     assert "did you mean host_tuning_job_users?" in misspelt.text
-    assert "Traceback" not in misspelt.output and misspelt.seconds < 120
+    assert "Traceback" not in misspelt.output
 
 
 def test_a_missing_pinned_interface_stops_preflight_before_any_change(

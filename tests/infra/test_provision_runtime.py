@@ -383,7 +383,6 @@ def test_a_converged_host_reconverges_offline_changing_nothing(interrupted: Inte
     # data-root spelt with a slash and through a link is Docker's own folder: no restart.
     before, after = interrupted.docker_started
     assert before and before == after
-    assert run.seconds < 300
 
 
 def test_a_second_provision_at_once_waits_for_the_first_naming_it(interrupted: Interrupted) -> None:
