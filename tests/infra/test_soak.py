@@ -25,6 +25,7 @@ def test_a_job_left_alone_outlives_a_kill_a_power_cycle_and_a_dead_server(
         [
             "--records", "600",
             "--concurrency", "2",
+            "--free-tokens", "16",
             "--faults", "job_killed,reboot,vllm_killed",
             "--restart-delay-s", "5",
             "--deadline-minutes", "30",
