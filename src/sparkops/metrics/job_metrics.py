@@ -206,76 +206,68 @@ def _job(snap: JobSnapshot) -> Iterator[Metric]:
     )
 
 
+# The per-step families, in the order they are written: (counter or gauge, name, help, the
+# step's figure).
+_STEP_FAMILIES: tuple[tuple[bool, str, str, Callable[[StepFigures], float | None]], ...] = (
+    (True, "step_answers", "Answers of the step in finished records.", lambda s: s.answers),
+    (
+        True,
+        "step_unclear_answers",
+        "Answers of the step that could not be read, so its default label was taken.",
+        lambda s: s.unclear,
+    ),
+    (
+        True,
+        "step_truncated_answers",
+        "Answers of the step cut off at its max_tokens (finish_reason length).",
+        lambda s: s.truncated,
+    ),
+    (
+        False,
+        "step_calls_in_flight",
+        "Calls of the step sent and not yet answered.",
+        lambda s: s.in_flight,
+    ),
+    (
+        True,
+        "step_prompt_tokens",
+        "Prompt tokens of the step's answers.",
+        lambda s: s.prompt_tokens,
+    ),
+    (
+        True,
+        "step_cached_prompt_tokens",
+        "Prompt tokens the server served from its prefix cache (where it said for every call).",
+        lambda s: s.cached_tokens,
+    ),
+    (
+        True,
+        "step_reusable_prompt_tokens",
+        "Prompt tokens in whole shared blocks of the step's prefix: the most the cache "
+        "can serve (where the prefix was probed).",
+        lambda s: s.reusable_tokens,
+    ),
+    (
+        False,
+        "step_prefix_cache_hit_ratio",
+        "Cached over prompt tokens of the step, over the whole job.",
+        lambda s: s.hit_ratio,
+    ),
+    (
+        False,
+        "step_prefix_cache_hit_ceiling_ratio",
+        "Reusable over prompt tokens of the step: the hit ratio its prompts allow.",
+        lambda s: s.ceiling_ratio,
+    ),
+)
+
+
 def _steps(snap: JobSnapshot) -> Iterator[Metric]:
     f = _Families(snap.folder)
     steps = sorted(snap.steps.items())
-
-    def per_step(
-        get: Callable[[StepFigures], float | None],
-    ) -> list[tuple[tuple[str], float | None]]:
-        return [((name,), get(s)) for name, s in steps]
-
-    yield from f.labelled(
-        _counter("step_answers", "Answers of the step in finished records.", "step"),
-        per_step(lambda s: s.answers),
-    )
-    yield from f.labelled(
-        _counter(
-            "step_unclear_answers",
-            "Answers of the step that could not be read, so its default label was taken.",
-            "step",
-        ),
-        per_step(lambda s: s.unclear),
-    )
-    yield from f.labelled(
-        _counter(
-            "step_truncated_answers",
-            "Answers of the step cut off at its max_tokens (finish_reason length).",
-            "step",
-        ),
-        per_step(lambda s: s.truncated),
-    )
-    yield from f.labelled(
-        _gauge("step_calls_in_flight", "Calls of the step sent and not yet answered.", "step"),
-        per_step(lambda s: s.in_flight),
-    )
-    yield from f.labelled(
-        _counter("step_prompt_tokens", "Prompt tokens of the step's answers.", "step"),
-        per_step(lambda s: s.prompt_tokens),
-    )
-    yield from f.labelled(
-        _counter(
-            "step_cached_prompt_tokens",
-            "Prompt tokens the server served from its prefix cache (where it said for every call).",
-            "step",
-        ),
-        per_step(lambda s: s.cached_tokens),
-    )
-    yield from f.labelled(
-        _counter(
-            "step_reusable_prompt_tokens",
-            "Prompt tokens in whole shared blocks of the step's prefix: the most the cache "
-            "can serve (where the prefix was probed).",
-            "step",
-        ),
-        per_step(lambda s: s.reusable_tokens),
-    )
-    yield from f.labelled(
-        _gauge(
-            "step_prefix_cache_hit_ratio",
-            "Cached over prompt tokens of the step, over the whole job.",
-            "step",
-        ),
-        per_step(lambda s: s.hit_ratio),
-    )
-    yield from f.labelled(
-        _gauge(
-            "step_prefix_cache_hit_ceiling_ratio",
-            "Reusable over prompt tokens of the step: the hit ratio its prompts allow.",
-            "step",
-        ),
-        per_step(lambda s: s.ceiling_ratio),
-    )
+    for counter, name, doc, figure in _STEP_FAMILIES:
+        family = (_counter if counter else _gauge)(name, doc, "step")
+        yield from f.labelled(family, [((step,), figure(s)) for step, s in steps])
 
 
 def _endpoints(snap: JobSnapshot) -> Iterator[Metric]:
