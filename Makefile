@@ -104,8 +104,7 @@ SETUP = $(MAKE) --no-print-directory -j2 --output-sync=target
 # `make test` is what CI runs, within its time budget: every test but those marked `long`
 # (a whole-host scenario of minutes: a role's fresh converge, a power cycle), which
 # `make test-long` runs; docs/development.md says which are long and when they last ran.
-# --durations: the slowest tests at the end of the run, where CI's log keeps them.
-TEST_SET = $(KIT)/pytest tests --numprocesses 2 --dist loadfile --durations 25
+TEST_SET = $(KIT)/pytest tests --numprocesses 2 --dist loadfile
 
 test:
 	$(SETUP) test-setup lint
