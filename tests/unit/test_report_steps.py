@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sparkops.report.steps import StepTotals, diagnose, overall, verdict
+from sparkops.jobdir.step_totals import StepTotals
+from sparkops.report.steps import diagnose, overall, verdict
 
 
 def totals(calls: int, prompt: int, cached: int | None, reusable: int | None) -> StepTotals:

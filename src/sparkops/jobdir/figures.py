@@ -29,6 +29,7 @@ from sparkops.jobdir import lines
 from sparkops.jobdir.durable import read_json_file
 from sparkops.jobdir.folder import META, PREFIX, RESULTS, RUNS, SERVING, load_manifest, lock_holder
 from sparkops.jobdir.serving_lines import ServingChange, ServingStart
+from sparkops.jobdir.step_totals import StepTotals
 from sparkops.metrics.job_metrics import JobSnapshot, ServingFigures, StepFigures
 
 # The kind label of an error whose line names no failure kind (written before failures were
@@ -71,46 +72,30 @@ def usage_possible(prompt: int, cached: int | None) -> bool:
 
 @dataclass
 class _StepSums:
-    """Streaming sums of one step (the report's StepTotals, plus unclear and truncated)."""
+    """Streaming sums of one step: the report's token sums (StepTotals, over the answers whose
+    usage figures can be true), plus every answer, the unclear and the truncated ones."""
 
     answers: int = 0
     unclear: int = 0
     truncated: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    with_cached: int = 0
-    reusable_tokens: int = 0
-    with_reusable: int = 0
-    counted: int = 0  # answers whose usage figures entered the token sums
+    tokens: StepTotals = field(default_factory=StepTotals)
 
     def add(self, usage: lines.StepUsage, parsed: Any, reusable: int | None) -> None:
         self.answers += 1
         self.unclear += parsed is False
         self.truncated += usage.cut
-        if not usage_possible(usage.prompt_tokens, usage.cached_tokens):
-            return
-        self.counted += 1
-        self.prompt_tokens += usage.prompt_tokens
-        if usage.cached_tokens is not None:
-            self.cached_tokens += usage.cached_tokens
-            self.with_cached += 1
-        if reusable is not None:
-            self.reusable_tokens += min(reusable, usage.prompt_tokens)
-            self.with_reusable += 1
+        if usage_possible(usage.prompt_tokens, usage.cached_tokens):
+            self.tokens.add(usage.prompt_tokens, usage.cached_tokens, reusable)
 
     def figures(self) -> StepFigures:
-        known = self.counted > 0
+        t = self.tokens
         return StepFigures(
             answers=self.answers,
             unclear=self.unclear,
             truncated=self.truncated,
-            prompt_tokens=self.prompt_tokens,
-            cached_tokens=self.cached_tokens
-            if known and self.with_cached == self.counted
-            else None,
-            reusable_tokens=(
-                self.reusable_tokens if known and self.with_reusable == self.counted else None
-            ),
+            prompt_tokens=t.prompt_tokens,
+            cached_tokens=t.cached_tokens if t.cached_known else None,
+            reusable_tokens=t.reusable_tokens if t.ceiling_known else None,
         )
 
 

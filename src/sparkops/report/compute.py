@@ -19,6 +19,7 @@ from sparkops.jobdir.job_report import JobReport, PrefixRecord, Truncated
 from sparkops.jobdir.reader import JobFolder
 from sparkops.jobdir.serving_lines import ServingRecord
 from sparkops.jobdir.status import answer_models, other_model_answers
+from sparkops.jobdir.step_totals import StepTotals
 from sparkops.metrics.bottleneck import Bottleneck, name_bottleneck
 from sparkops.metrics.host import HostReading
 from sparkops.metrics.timeline import (
@@ -39,7 +40,6 @@ from sparkops.report import serving as report_serving
 from sparkops.report import stalls
 from sparkops.report.steps import (
     ABOVE_POINTS,
-    StepTotals,
     above_ceiling,
     diagnose,
     impossible_usage_sentence,

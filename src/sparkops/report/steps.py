@@ -10,9 +10,9 @@ pressure (shared blocks evicted between uses). Pure: totals in, figures and sent
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from sparkops.jobdir.job_report import PrefixRecord, StepRow
+from sparkops.jobdir.step_totals import StepTotals
 
 # Points of hit rate below the ceiling that still count as "at the ceiling" (vLLM keeps the
 # last prompt token out of the cache and counts whole blocks, so a small gap is not pressure);
@@ -41,37 +41,6 @@ def impossible_usage_sentence(answers: int) -> str:
         "negative); left out of the hit rate and the token figures (their `prompt_tokens`, "
         "`completion_tokens` and `cached_tokens` in results.jsonl say which)."
     )
-
-
-@dataclass
-class StepTotals:
-    """Streaming sums for one step over the journal."""
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    calls_with_cached: int = 0
-    reusable_tokens: int = 0
-    calls_with_reusable: int = 0
-
-    def add(self, prompt: int, cached: int | None, reusable: int | None) -> None:
-        """`reusable` is None when the step's prefix was not probed (no /tokenize at start)."""
-        self.calls += 1
-        self.prompt_tokens += prompt
-        if cached is not None:
-            self.cached_tokens += cached
-            self.calls_with_cached += 1
-        if reusable is not None:
-            self.reusable_tokens += min(reusable, prompt)
-            self.calls_with_reusable += 1
-
-    @property
-    def cached_known(self) -> bool:
-        return self.calls > 0 and self.calls_with_cached == self.calls
-
-    @property
-    def ceiling_known(self) -> bool:
-        return self.calls > 0 and self.calls_with_reusable == self.calls
 
 
 def diagnose(totals: Mapping[str, StepTotals]) -> list[StepRow]:
