@@ -30,7 +30,7 @@ MEASURED: dict[str, float] = {
     "tests/infra/test_deploy_converge.py": 981,
     "tests/infra/test_batch_unit.py": 776,  # with kit_installed (one converge), 2026-12-07
     "tests/infra/test_sparkops_cli_role.py": 682,
-    "tests/infra/test_soak.py": 498,  # alone, 2026-12-07
+    "tests/infra/test_soak.py": 308,  # 16 free tokens, in make test, 2026-12-08
     "tests/infra/test_provision_runtime.py": 514,
     "tests/integration/test_batch.py": 502,
     "tests/integration/test_real_model.py": 499,
