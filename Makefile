@@ -90,8 +90,8 @@ infra: venv vllm-cpu testbed ray
 
 # Set-up in two lanes at once (make -j2): apt (the test bed's engine, qemu and images, then
 # the watch tools, one after the other: apt takes one lock) and pip (the venvs, the real model,
-# then lint). Neither waits on the other: no pip step needs Docker, no apt step a venv. A cold
-# machine spent 10 min on set-up and 2.5 on lint one after the other (docs/development.md).
+# then lint). Neither waits on the other: no pip step needs Docker, no apt step a venv. A bare
+# 2-core machine spent 10 min on the set-up one step after the other (docs/development.md).
 apt-lane:
 	$(MAKE) --no-print-directory testbed
 	$(MAKE) --no-print-directory watch-tools
