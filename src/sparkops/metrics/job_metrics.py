@@ -206,55 +206,63 @@ def _job(snap: JobSnapshot) -> Iterator[Metric]:
     )
 
 
-# The per-step families, in the order they are written: (counter or gauge, name, help, the
-# step's figure).
-_STEP_FAMILIES: tuple[tuple[bool, str, str, Callable[[StepFigures], float | None]], ...] = (
-    (True, "step_answers", "Answers of the step in finished records.", lambda s: s.answers),
+# The per-step families, in the order they are written: (its kind, name, help, the step's
+# figure).
+_STEP_FAMILIES: tuple[
+    tuple[
+        Callable[[str, str, str], GaugeMetricFamily | CounterMetricFamily],
+        str,
+        str,
+        Callable[[StepFigures], float | None],
+    ],
+    ...,
+] = (
+    (_counter, "step_answers", "Answers of the step in finished records.", lambda s: s.answers),
     (
-        True,
+        _counter,
         "step_unclear_answers",
         "Answers of the step that could not be read, so its default label was taken.",
         lambda s: s.unclear,
     ),
     (
-        True,
+        _counter,
         "step_truncated_answers",
         "Answers of the step cut off at its max_tokens (finish_reason length).",
         lambda s: s.truncated,
     ),
     (
-        False,
+        _gauge,
         "step_calls_in_flight",
         "Calls of the step sent and not yet answered.",
         lambda s: s.in_flight,
     ),
     (
-        True,
+        _counter,
         "step_prompt_tokens",
         "Prompt tokens of the step's answers.",
         lambda s: s.prompt_tokens,
     ),
     (
-        True,
+        _counter,
         "step_cached_prompt_tokens",
         "Prompt tokens the server served from its prefix cache (where it said for every call).",
         lambda s: s.cached_tokens,
     ),
     (
-        True,
+        _counter,
         "step_reusable_prompt_tokens",
         "Prompt tokens in whole shared blocks of the step's prefix: the most the cache "
         "can serve (where the prefix was probed).",
         lambda s: s.reusable_tokens,
     ),
     (
-        False,
+        _gauge,
         "step_prefix_cache_hit_ratio",
         "Cached over prompt tokens of the step, over the whole job.",
         lambda s: s.hit_ratio,
     ),
     (
-        False,
+        _gauge,
         "step_prefix_cache_hit_ceiling_ratio",
         "Reusable over prompt tokens of the step: the hit ratio its prompts allow.",
         lambda s: s.ceiling_ratio,
@@ -265,8 +273,8 @@ _STEP_FAMILIES: tuple[tuple[bool, str, str, Callable[[StepFigures], float | None
 def _steps(snap: JobSnapshot) -> Iterator[Metric]:
     f = _Families(snap.folder)
     steps = sorted(snap.steps.items())
-    for counter, name, doc, figure in _STEP_FAMILIES:
-        family = (_counter if counter else _gauge)(name, doc, "step")
+    for kind, name, doc, figure in _STEP_FAMILIES:
+        family = kind(name, doc, "step")
         yield from f.labelled(family, [((step,), figure(s)) for step, s in steps])
 
 
